@@ -1,0 +1,75 @@
+"""The library's front door: scenario -> Ledger -> Estimate -> Diagnosis.
+
+This module resolves names through the catalog (I/O) and then calls the pure
+functions of :mod:`aitrinity.cost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aitrinity import catalog
+from aitrinity.catalog.loader import resolve_system
+from aitrinity.cost.diagnosis import Diagnosis
+from aitrinity.cost.estimate import Estimate
+from aitrinity.cost.ledger import Ledger
+from aitrinity.errors import UnknownNameError
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Scenario, System
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A scenario with its names resolved: Workload (model + job) x Plan x System."""
+
+    scenario: Scenario
+    model: ModelSpec
+    system: System
+
+
+def resolve(scenario: Scenario | str | Path) -> Resolved:
+    sc = scenario if isinstance(scenario, Scenario) else catalog.load_scenario(scenario)
+    try:
+        model = catalog.model(sc.workload.model)
+    except UnknownNameError as e:
+        raise e.at("workload.model") from None
+    return Resolved(sc, model, resolve_system(sc.system))
+
+
+def ledger(r: Resolved) -> Ledger:
+    from aitrinity.cost.serving import serving_ledger
+    from aitrinity.cost.training import training_ledger
+
+    w = r.scenario.workload
+    if w.training is not None:
+        return training_ledger(r.scenario.name, r.model, w.training, r.scenario.plan, r.system)
+    assert w.serving is not None
+    return serving_ledger(r.scenario.name, r.model, w.serving, r.scenario.plan, r.system)
+
+
+def estimate(r: Resolved) -> Estimate:
+    from aitrinity.cost.estimate import price
+
+    return price(ledger(r), r.system)
+
+
+def diagnose(scenario: Scenario | str | Path) -> Diagnosis:
+    """Diagnose a scenario (object, file path or built-in name)."""
+    from aitrinity.cost import capacity
+    from aitrinity.cost.diagnosis import diagnose as run
+
+    r = resolve(scenario)
+    est = estimate(r)
+    need = None
+    if not est.memory.fits:
+        w, plan = r.scenario.workload, r.scenario.plan
+        if w.training is not None:
+            need = capacity.min_devices_training(r.model, w.training, plan, r.system)
+        elif w.serving is not None:
+            need = capacity.min_devices_serving(r.model, w.serving, plan, r.system)
+    return run(est, r.system.overlap_fraction, need)
+
+
+def builtin_scenarios() -> list[str]:
+    return catalog.names("scenarios")

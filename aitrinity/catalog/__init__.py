@@ -1,0 +1,20 @@
+"""The catalog: validated data files for devices, links, memory tiers, models and scenarios."""
+
+from aitrinity.catalog.loader import (
+    KINDS,
+    canonical,
+    device,
+    entry,
+    link,
+    load_scenario,
+    model,
+    names,
+    resolve_system,
+    scenario,
+    tier,
+)
+
+__all__ = [
+    "KINDS", "canonical", "device", "entry", "link", "load_scenario", "model", "names", "resolve_system",
+    "scenario", "tier",
+]

@@ -1,0 +1,125 @@
+"""Read a local Hugging Face ``config.json`` into a :class:`ModelSpec`.
+
+Only the architecture matters; no weights are read and nothing is downloaded.
+Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe (dense part),
+opt, gpt2, deepseek_v2, deepseek_v3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aitrinity.errors import SpecError
+from aitrinity.spec._base import validate
+from aitrinity.spec.model import ModelSpec
+
+_LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "deepseek_v2", "deepseek_v3"}
+
+
+def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
+    if key not in cfg:
+        raise SpecError(f"{where}.{key}", None, "a value (required by this model_type)")
+    return cfg[key]
+
+
+def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
+    """Map a transformers config dict to our schema (pure; the caller reads the file)."""
+    mtype = cfg.get("model_type")
+    if mtype in _LLAMA_LIKE:
+        data = _llama_like(cfg, mtype, where)
+    elif mtype == "opt":
+        data = _opt(cfg, where)
+    elif mtype == "gpt2":
+        data = _gpt2(cfg, where)
+    else:
+        raise SpecError(f"{where}.model_type", mtype, f"one of {sorted(_LLAMA_LIKE | {'opt', 'gpt2'})}")
+    data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
+    return validate(ModelSpec, data, where)
+
+
+def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "family": mtype,
+        "num_layers": _req(cfg, "num_hidden_layers", where),
+        "hidden_size": _req(cfg, "hidden_size", where),
+        "num_attention_heads": _req(cfg, "num_attention_heads", where),
+        "num_kv_heads": cfg.get("num_key_value_heads"),
+        "intermediate_size": _req(cfg, "intermediate_size", where),
+        "vocab_size": _req(cfg, "vocab_size", where),
+        "max_seq_len": cfg.get("max_position_embeddings", 4096),
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "qkv_bias": bool(cfg.get("attention_bias", mtype == "qwen2")),
+    }
+    if cfg.get("head_dim") and mtype not in ("deepseek_v2", "deepseek_v3"):
+        data["head_dim"] = cfg["head_dim"]
+    window = cfg.get("sliding_window")
+    if window and (mtype == "mistral" or cfg.get("use_sliding_window")):
+        data["sliding_window"] = window
+    if mtype == "mixtral":
+        data["moe"] = {
+            "num_experts": _req(cfg, "num_local_experts", where),
+            "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+            "expert_intermediate_size": cfg["intermediate_size"],
+        }
+    if mtype in ("deepseek_v2", "deepseek_v3"):
+        data["moe"] = {
+            "num_experts": _req(cfg, "n_routed_experts", where),
+            "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+            "expert_intermediate_size": _req(cfg, "moe_intermediate_size", where),
+            "num_shared_experts": cfg.get("n_shared_experts", 0) or 0,
+            "first_dense_layers": cfg.get("first_k_dense_replace", 0),
+            "router_bias": cfg.get("topk_method") == "noaux_tc",
+        }
+        data["mla"] = {
+            "q_lora_rank": cfg.get("q_lora_rank"),
+            "kv_lora_rank": _req(cfg, "kv_lora_rank", where),
+            "qk_nope_head_dim": _req(cfg, "qk_nope_head_dim", where),
+            "qk_rope_head_dim": _req(cfg, "qk_rope_head_dim", where),
+            "v_head_dim": _req(cfg, "v_head_dim", where),
+        }
+    return data
+
+
+def _opt(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    if cfg.get("word_embed_proj_dim", cfg.get("hidden_size")) != cfg.get("hidden_size"):
+        raise SpecError(f"{where}.word_embed_proj_dim", cfg["word_embed_proj_dim"], "equal to hidden_size")
+    positions = _req(cfg, "max_position_embeddings", where)
+    return {
+        "family": "opt",
+        "num_layers": _req(cfg, "num_hidden_layers", where),
+        "hidden_size": _req(cfg, "hidden_size", where),
+        "num_attention_heads": _req(cfg, "num_attention_heads", where),
+        "intermediate_size": _req(cfg, "ffn_dim", where),
+        "vocab_size": _req(cfg, "vocab_size", where),
+        "max_seq_len": positions,
+        "mlp": "standard",
+        "norm": "layernorm",
+        "qkv_bias": bool(cfg.get("enable_bias", True)),
+        "linear_bias": bool(cfg.get("enable_bias", True)),
+        "position": "learned",
+        "learned_positions": positions + 2,  # OPTLearnedPositionalEmbedding keeps an offset of 2
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "dropout": bool(cfg.get("dropout", 0.1)),
+    }
+
+
+def _gpt2(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    h = _req(cfg, "n_embd", where)
+    positions = _req(cfg, "n_positions", where)
+    return {
+        "family": "gpt2",
+        "num_layers": _req(cfg, "n_layer", where),
+        "hidden_size": h,
+        "num_attention_heads": _req(cfg, "n_head", where),
+        "intermediate_size": cfg.get("n_inner") or 4 * h,
+        "vocab_size": _req(cfg, "vocab_size", where),
+        "max_seq_len": positions,
+        "mlp": "standard",
+        "norm": "layernorm",
+        "qkv_bias": True,
+        "linear_bias": True,
+        "position": "learned",
+        "learned_positions": positions,
+        "tie_embeddings": True,
+        "dropout": True,
+    }

@@ -1,0 +1,187 @@
+"""Lazy, validated catalog of devices, links, memory tiers, models and scenarios.
+
+Entries are YAML files under ``data/<kind>/<name>.yaml``; a file is read only
+when its entry is asked for. Names are lowercase with hyphens; an entry's
+``aliases`` and (for models) ``hf_ids`` resolve to it case-insensitively.
+Anywhere a name is accepted, a path to a user YAML file (or, for models, a
+local Hugging Face ``config.json``) is accepted too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel
+
+from aitrinity.errors import SpecError, UnknownNameError
+from aitrinity.spec._base import validate
+from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Scenario, System, SystemInput
+
+Kind = Literal["devices", "links", "tiers", "models", "scenarios"]
+KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "scenarios")
+_TYPES: dict[str, type[BaseModel]] = {
+    "devices": DeviceSpec, "links": LinkSpec, "tiers": MemoryTierSpec, "models": ModelSpec, "scenarios": Scenario,
+}
+_SINGULAR = {"devices": "device", "links": "link", "tiers": "memory tier", "models": "model", "scenarios": "scenario"}
+DATA = Path(__file__).with_name("data")
+T = TypeVar("T", bound=BaseModel)
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file, turning I/O and syntax errors into one-line SpecErrors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(str(path), None, f"a readable file ({e.strerror})") from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 -- SafeLoader / CSafeLoader only
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(str(path), None, f"valid YAML (syntax error{at})") from None
+
+
+def names(kind: Kind) -> list[str]:
+    """Canonical names of one kind, sorted (a directory listing; no file is parsed)."""
+    return sorted(p.stem for p in (DATA / kind).glob("*.yaml"))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in _TYPES:
+        raise UnknownNameError("catalog kind", kind, KINDS)
+
+
+@functools.cache
+def _alias_index(kind: str) -> dict[str, str]:
+    """alias / HF id (lower-case) -> canonical name; parses every file of the kind once."""
+    index: dict[str, str] = {}
+    for name in names(kind):  # type: ignore[arg-type]
+        raw = read_yaml(DATA / kind / f"{name}.yaml") or {}
+        for alias in [*raw.get("aliases", []), *raw.get("hf_ids", [])]:
+            index[str(alias).lower()] = name
+    return index
+
+
+def canonical(kind: Kind, name: str) -> str:
+    """The canonical entry name for a name, alias or Hugging Face id."""
+    _check_kind(kind)
+    key = name.strip().lower()
+    if (DATA / kind / f"{key}.yaml").is_file():
+        return key
+    index = _alias_index(kind)
+    if key in index:
+        return index[key]
+    raise UnknownNameError(_SINGULAR[kind], name, [*names(kind), *index])
+
+
+@functools.cache
+def _load_entry(kind: str, name: str) -> BaseModel:
+    path = DATA / kind / f"{name}.yaml"
+    data = read_yaml(path)
+    spec = validate(_TYPES[kind], data, f"{kind}/{name}.yaml")
+    if getattr(spec, "name", name) != name:
+        raise SpecError(f"{kind}/{name}.yaml: name", getattr(spec, "name", None), f"{name!r} (the file name)")
+    return spec
+
+
+def _is_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref and Path(ref).exists()
+
+
+def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(str(path), None, f"an existing {_SINGULAR[kind]} file")
+    if kind == "models" and p.suffix == ".json":
+        from aitrinity.catalog.hf import from_hf_config
+
+        try:
+            cfg = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise SpecError(str(path), None, f"a readable JSON config ({e.__class__.__name__})") from None
+        if not isinstance(cfg, dict):
+            raise SpecError(str(path), type(cfg).__name__, "a JSON object")
+        name = cfg.get("_name_or_path") or p.parent.name or p.stem
+        return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
+    return validate(cls, read_yaml(p), str(path))
+
+
+def get(kind: Kind, ref: str, cls: type[T]) -> T:
+    if _is_path(ref):
+        return load_file(kind, ref, cls)
+    spec = _load_entry(kind, canonical(kind, ref))
+    assert isinstance(spec, cls)
+    return spec
+
+
+def device(ref: str) -> DeviceSpec:
+    return get("devices", ref, DeviceSpec)
+
+
+def link(ref: str) -> LinkSpec:
+    return get("links", ref, LinkSpec)
+
+
+def tier(ref: str) -> MemoryTierSpec:
+    return get("tiers", ref, MemoryTierSpec)
+
+
+def model(ref: str) -> ModelSpec:
+    return get("models", ref, ModelSpec)
+
+
+def scenario(ref: str) -> Scenario:
+    return get("scenarios", ref, Scenario)
+
+
+def entry(ref: str) -> tuple[Kind, BaseModel]:
+    """Find ``ref`` in any kind (for ``trinity catalog show``)."""
+    for kind in KINDS:
+        try:
+            return kind, _load_entry(kind, canonical(kind, ref))
+        except UnknownNameError:
+            continue
+    every = [n for k in KINDS for n in names(k)]
+    raise UnknownNameError("catalog entry", ref, every)
+
+
+def resolve_system(s: SystemInput) -> System:
+    """Names -> specs. Links the scenario leaves out default to the device's typical platform fabric."""
+    dev = _field("system.device", lambda: device(s.device))
+    intra = _field("system.intra_node_link", lambda: link(s.intra_node_link or dev.typical_intra_node_link))
+    inter = _field("system.inter_node_link", lambda: link(s.inter_node_link or dev.typical_inter_node_link))
+    host = _field("system.host_memory", lambda: tier(s.host_memory)) if s.host_memory else None
+    storage = _field("system.storage", lambda: tier(s.storage)) if s.storage else None
+    return validate(System, {
+        "device": dev, "num_devices": s.num_devices, "devices_per_node": s.devices_per_node,
+        "intra_node_link": intra, "inter_node_link": inter, "host_memory": host, "storage": storage,
+        "overlap": s.overlap, "overlap_fraction": s.overlap_fraction,
+        "usable_memory_fraction": s.usable_memory_fraction,
+        "price_per_device_hour": s.price_per_device_hour, "power_per_device_W": s.power_per_device,
+        "efficiency": s.efficiency,
+    }, "system")
+
+
+def _field(field: str, fn: Callable[[], T]) -> T:
+    """Run a lookup, naming the scenario field in an unknown-name error."""
+    try:
+        return fn()
+    except UnknownNameError as e:
+        raise e.at(field) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A user scenario file, or a built-in scenario by name."""
+    ref = str(path)
+    if _is_path(ref) or Path(ref).is_file():
+        return load_file("scenarios", ref, Scenario)
+    return scenario(ref)

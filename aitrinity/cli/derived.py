@@ -1,0 +1,58 @@
+"""Figures derived from a catalog entry, shown by ``trinity catalog show``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
+from aitrinity.spec.model import ModelSpec
+from aitrinity.units import format_bandwidth, format_bytes, format_count, format_flop_rate, format_time
+
+Fact = tuple[float | str, str]
+
+
+def derived(kind: str, spec: BaseModel) -> dict[str, Fact]:
+    """name -> (number, human text). Numbers are SI; the text says the unit."""
+    if isinstance(spec, ModelSpec):
+        from aitrinity.cost.flops import token_flops
+        from aitrinity.cost.memory import kv_bytes_per_token
+        from aitrinity.cost.params import count
+
+        pc = count(spec)
+        kv = kv_bytes_per_token(spec, "bf16")
+        out: dict[str, Fact] = {
+            "params_total": (pc.total, format_count(pc.total)),
+            "params_active": (pc.active(spec), format_count(pc.active(spec))),
+            "attention": (spec.attention_kind, spec.attention_kind),
+            "kv_bytes_per_token_bf16": (kv, format_bytes(kv)),
+            "forward_flops_per_token": (token_flops(spec).dense, f"{token_flops(spec).dense / 1e9:.3g} GFLOP"),
+            "weights_bf16_bytes": (2.0 * pc.total, format_bytes(2.0 * pc.total)),
+        }
+        if spec.reference_params:
+            err = pc.total / spec.reference_params - 1
+            out["vs_reference_params"] = (err, f"{err:+.2%} vs published {format_count(spec.reference_params)}")
+        return out
+    if isinstance(spec, DeviceSpec):
+        return {
+            **{f"peak_{k}": (v, format_flop_rate(v)) for k, v in spec.peak_flops.items()},
+            "memory_capacity": (spec.memory_capacity_bytes, format_bytes(spec.memory_capacity_bytes)),
+            "memory_bandwidth": (spec.memory_bandwidth_Bps, format_bandwidth(spec.memory_bandwidth_Bps)),
+            "ridge_point_bf16_flop_per_byte": (
+                spec.peak_flops_for("bf16") / spec.memory_bandwidth_Bps,
+                f"{spec.peak_flops_for('bf16') / spec.memory_bandwidth_Bps:.0f} FLOP/byte",
+            ) if any(k in spec.peak_flops for k in ("bf16", "fp16")) else ("n/a", "n/a"),
+        }
+    if isinstance(spec, LinkSpec):
+        return {
+            "bandwidth": (spec.bandwidth_Bps, format_bandwidth(spec.bandwidth_Bps) + " per direction"),
+            "latency": (spec.latency_s, format_time(spec.latency_s)),
+            "time_for_1_GiB": (spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency),
+                               format_time(spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency))),
+        }
+    if isinstance(spec, MemoryTierSpec):
+        return {
+            "capacity": (spec.capacity_bytes, format_bytes(spec.capacity_bytes)),
+            "bandwidth": (spec.bandwidth_Bps, format_bandwidth(spec.bandwidth_Bps)),
+            "latency": (spec.latency_s, format_time(spec.latency_s)),
+        }
+    return {}

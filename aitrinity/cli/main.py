@@ -1,0 +1,107 @@
+"""The ``trinity`` command: parse -> call the library -> render (text or --json).
+
+User mistakes print one line ``trinity: error: ...`` and exit with status 2;
+heavy modules are imported only by the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from aitrinity import __version__
+from aitrinity.errors import TrinityError
+
+EXIT_USAGE = 2
+
+EPILOG = """examples:
+  trinity diagnose                          diagnose the built-in example scenarios
+  trinity diagnose my.yaml --json           one scenario file, as JSON
+  trinity catalog list models               catalog names of one kind
+  trinity catalog show llama-3.1-70b        an entry with its derived figures
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trinity", description="Compute-bandwidth-memory trade-offs of AI infrastructure.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"trinity {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("diagnose", help="which resource binds, by how much, at what price",
+                       description="Diagnose scenarios: the binding resource per phase, every resource's "
+                                   "utilization, the headroom, memory feasibility, $ and joules.")
+    d.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help="scenario YAML files or built-in scenario names (default: all built-in examples)")
+    d.add_argument("--json", action="store_true", help="print the structured result as JSON")
+
+    c = sub.add_parser("catalog", help="list or show catalog entries")
+    csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+    cl = csub.add_parser("list", help="names of one kind, or of every kind")
+    cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "scenarios"])
+    cl.add_argument("--json", action="store_true")
+    cs = csub.add_parser("show", help="one entry (name, alias or Hugging Face id) with derived figures")
+    cs.add_argument("name")
+    cs.add_argument("--json", action="store_true")
+    return p
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, allow_nan=False, default=str)
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from aitrinity import api
+    from aitrinity.cli import render
+
+    refs = args.scenarios or api.builtin_scenarios()
+    results = [api.diagnose(r) for r in refs]
+    if args.json:
+        print(_dump([r.model_dump(mode="json") for r in results]))
+    else:
+        print("\n\n".join(render.diagnosis(r) for r in results))
+    return 0
+
+
+def _cmd_catalog(args: argparse.Namespace) -> int:
+    from aitrinity import catalog
+
+    if args.catalog_command == "list":
+        kinds = [args.kind] if args.kind else list(catalog.KINDS)
+        listing = {k: catalog.names(k) for k in kinds}
+        if args.json:
+            print(_dump(listing))
+        else:
+            for k, names in listing.items():
+                print(f"{k}: {', '.join(names)}")
+        return 0
+    from aitrinity.cli import render
+    from aitrinity.cli.derived import derived
+
+    kind, spec = catalog.entry(args.name)
+    facts = derived(kind, spec)
+    if args.json:
+        print(_dump({"kind": kind, "entry": spec.model_dump(mode="json"), "derived": facts}))
+    else:
+        print(render.catalog_entry(kind, spec.model_dump(mode="json"), {k: v[1] for k, v in facts.items()}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "diagnose":
+            return _cmd_diagnose(args)
+        return _cmd_catalog(args)
+    except TrinityError as e:
+        print(f"trinity: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Plain-text rendering of diagnoses and catalog entries (the CLI's table output)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aitrinity.cost.diagnosis import Diagnosis
+from aitrinity.units import format_bytes, format_energy, format_money, format_time
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(w) if i == 0 or i == len(r) - 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append(indent + "  ".join(cells).rstrip())
+    return out
+
+
+def _layout(d: Diagnosis) -> str:
+    p = d.estimate.ledger.parallelism
+    parts = [f"tp {p.tp}", f"pp {p.pp}", f"dp {p.dp}"]
+    if p.ep > 1:
+        parts.append(f"ep {p.ep}")
+    if d.kind == "training":
+        parts += [f"ZeRO-{p.zero}", f"recompute {p.recompute}"]
+        if p.sequence_parallel:
+            parts.append("SP")
+    return ", ".join(parts)
+
+
+def diagnosis(d: Diagnosis) -> str:
+    est = d.estimate
+    lines = [
+        f"== {d.scenario}: {d.kind} {d.model} on {d.num_devices} x {d.device} ({_layout(d)})",
+        f"verdict: {d.verdict}",
+    ]
+    for ph in d.phases:
+        pe = est.phase(ph.phase)
+        lines.append(f"{ph.phase}: {format_time(ph.time_s)}, bound by {ph.binding}")
+        rows = [["resource", "time", "util", "detail"]]
+        for u, r in zip(ph.uses, pe.resources):
+            rows.append([u.resource, format_time(u.time_s), f"{u.utilization:.0%}", r.detail])
+        if pe.bubble_s > 0:
+            rows.append(["pipeline bubble", format_time(pe.bubble_s), f"{ph.bubble_fraction:.0%}", "fill + drain"])
+        lines += _table(rows)
+    cap = d.capacity
+    lines.append(
+        f"memory per device: {format_bytes(cap.used_bytes)} of {format_bytes(cap.usable_bytes)} usable"
+        f" -> {'fits' if cap.fits else 'DOES NOT FIT'}"
+        + (f" (needs {cap.min_devices} devices)" if cap.min_devices else "")
+    )
+    lines += _table([[i.category, format_bytes(i.bytes), "", ""] for i in est.memory.items])
+    lines.append("metrics: " + metrics(d))
+    return "\n".join(lines)
+
+
+def metrics(d: Diagnosis) -> str:
+    est = d.estimate
+    parts: list[str] = []
+    if est.training:
+        t = est.training
+        parts += [f"step {format_time(t.step_time_s)}", f"{t.tokens_per_s:,.0f} tokens/s", f"MFU {t.mfu:.1%}",
+                  f"HFU {t.hfu:.1%}", f"{format_energy(t.joules_per_token)}/token"]
+        if t.usd_per_million_tokens is not None:
+            parts.append(f"{format_money(t.usd_per_million_tokens)}/M tokens")
+        if t.total_time_s is not None:
+            parts.append(f"run {format_time(t.total_time_s)}")
+        if t.total_usd is not None:
+            parts.append(f"{format_money(t.total_usd)} total")
+    if est.serving:
+        s = est.serving
+        led = est.ledger.serving
+        assert led is not None
+        parts += [f"batch {led.batch} (max {led.max_batch})", f"TTFT {format_time(s.ttft_s)}",
+                  f"TPOT {format_time(s.tpot_s)}", f"{s.output_tokens_per_s:,.0f} output tokens/s",
+                  f"{format_energy(s.joules_per_output_token)}/token"]
+        if s.usd_per_million_output_tokens is not None:
+            parts.append(f"{format_money(s.usd_per_million_output_tokens)}/M output tokens")
+    return ", ".join(parts)
+
+
+def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> str:
+    lines = [f"{data.get('name', '?')} ({kind[:-1]})"]
+    for k, v in data.items():
+        if k == "name" or v in (None, [], {}):
+            continue
+        if isinstance(v, dict):
+            lines.append(f"  {k}:")
+            lines += [f"    {kk}: {vv}" for kk, vv in v.items() if vv is not None]
+        else:
+            lines.append(f"  {k}: {v}")
+    if derived:
+        lines.append("  derived:")
+        lines += [f"    {k}: {v}" for k, v in derived.items()]
+    return "\n".join(lines)

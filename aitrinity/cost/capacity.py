@@ -1,0 +1,67 @@
+"""How many devices a workload needs before it fits in device memory.
+
+Training: the plan's tp, pp, ep and ZeRO stage are kept and the data-parallel
+degree grows (ZeRO shards states over it; fewer micro-batches per replica mean
+fewer in flight). Peak memory never grows with dp, so a doubling search
+followed by bisection finds the smallest dp. Global-batch divisibility is not
+required here: the answer is a capacity bound, not a runnable plan.
+
+Serving: the smallest replica ``tp x pp`` (tp a valid divisor of the heads, pp
+of the layers) that holds the weights and the batch's KV cache.
+"""
+
+from __future__ import annotations
+
+from aitrinity.cost.serving import max_batch
+from aitrinity.cost.training import Layout, peak_memory
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Plan, ServingJob, System, TrainingJob
+
+MAX_DP = 1 << 20
+
+
+def min_devices_training(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> int | None:
+    usable = system.usable_memory_bytes
+    step = plan.ep
+
+    def fits(dp: int) -> bool:
+        mb = max(1, job.global_batch // (dp * plan.micro_batch))
+        lay = Layout(plan.tp, plan.pp, dp, plan.ep, plan.micro_batch, mb)
+        return peak_memory(m, job, plan, lay)[0] <= usable
+
+    hi = step
+    while not fits(hi):
+        if hi > MAX_DP:
+            return None
+        hi *= 2
+    lo = hi // 2 if hi > step else 0  # fits(hi), not fits(lo) (lo = 0 means nothing below)
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return plan.tp * plan.pp * hi
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def min_devices_serving(m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> int | None:
+    need = 1 if job.batch == "max" else job.batch
+    kv = m.kv_heads
+    tps = [t for t in _divisors(m.num_attention_heads) if kv % t == 0 or t % kv == 0]
+    best: int | None = None
+    for tp in tps:
+        for pp in _divisors(m.num_layers):
+            n = tp * pp
+            if best is not None and n >= best:
+                break
+            trial = plan.model_copy(update={"tp": tp, "pp": pp})
+            if max_batch(m, trial, system, job) >= need:
+                best = n
+                break
+    return best

@@ -1,0 +1,196 @@
+"""The Estimate: a Ledger priced on a System.
+
+Time of each resource in a phase:
+
+* compute: hardware FLOPs / (dense peak of the compute dtype x efficiency(rows));
+* device memory: HBM bytes / (peak bandwidth x memory efficiency);
+* each link: Σ messages x latency + bytes / (bandwidth x link efficiency) (α-β model).
+
+The overlap model combines them (DESIGN.md): ``max`` (roofline: everything
+overlaps, the slowest binds -- Williams et al. 2009), ``sum`` (nothing overlaps),
+``partial`` with fraction f: ``max + (1 - f)·(sum - max)``. A pipeline bubble
+(idle compute during fill and drain) adds serially.
+
+Derived metrics: MFU and HFU (Chowdhery et al. 2022, PaLM, App. B; Korthikanti
+§5), $ from price per device-hour x devices x time, joules from busy power x
+devices x time (TDP unless the scenario gives a power: an upper bound).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Literal
+
+from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
+from aitrinity.spec.scenario import System
+from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
+
+ResourceKind = Literal["compute", "memory_bandwidth", "link"]
+
+
+class ResourceTime(Result):
+    resource: str
+    kind: ResourceKind
+    time_s: float
+    detail: str
+
+
+class PhaseEstimate(Result):
+    phase: str
+    time_s: float
+    resources: list[ResourceTime]
+    bubble_s: float
+    overlap: str
+
+
+class MemoryCheck(Result):
+    tier: str
+    used_bytes: float
+    usable_bytes: float
+    capacity_bytes: float
+    fits: bool
+    items: list[MemoryItem]
+
+
+class TrainingMetrics(Result):
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    joules_per_step: float
+    joules_per_token: float
+    usd_per_step: float | None
+    usd_per_million_tokens: float | None
+    total_time_s: float | None
+    total_usd: float | None
+    total_joules: float | None
+
+
+class ServingMetrics(Result):
+    ttft_s: float
+    tpot_s: float
+    request_latency_s: float
+    output_tokens_per_s: float
+    """Generation rate of the whole system: batch x in-flight batches x replicas / TPOT."""
+    joules_per_output_token: float
+    usd_per_million_output_tokens: float | None
+
+
+class Estimate(Result):
+    ledger: Ledger
+    device: str
+    phases: list[PhaseEstimate]
+    memory: MemoryCheck
+    training: TrainingMetrics | None = None
+    serving: ServingMetrics | None = None
+
+    def phase(self, name: str) -> PhaseEstimate:
+        for p in self.phases:
+            if p.phase == name:
+                return p
+        raise KeyError(name)
+
+
+def combine(times: list[float], overlap: str, fraction: float) -> float:
+    """Combine resource times under an overlap model (see module doc)."""
+    if not times:
+        return 0.0
+    hi, total = max(times), sum(times)
+    if overlap == "max":
+        return hi
+    if overlap == "sum":
+        return total
+    return hi + (1.0 - fraction) * (total - hi)
+
+
+def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[ResourceTime]:
+    dev, eff = system.device, system.eff
+    peak = dev.peak_flops_for(compute_dtype)
+    rate = peak * eff.compute_at(ph.gemm_rows)
+    hw = ph.flops.hardware
+    out = [ResourceTime(
+        resource="compute", kind="compute", time_s=hw / rate,
+        detail=f"{format_flops(hw)} at {format_flop_rate(rate)} ({compute_dtype})",
+    )]
+    bw = dev.memory_bandwidth_Bps * eff.memory
+    out.append(ResourceTime(
+        resource=f"{dev.memory_kind} bandwidth", kind="memory_bandwidth", time_s=ph.hbm_bytes / bw,
+        detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(bw)}",
+    ))
+    links = {system.intra_node_link.name: system.intra_node_link}
+    if system.inter_node_link:
+        links[system.inter_node_link.name] = system.inter_node_link
+    per_link: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for t in ph.traffic:
+        acc = per_link[(t.channel, t.link)]
+        acc[0] += t.bytes_per_device
+        acc[1] += t.messages
+    for (channel, name), (nbytes, msgs) in per_link.items():
+        link = links[name]
+        lbw = link.bandwidth_Bps * link.efficiency
+        where = "intra-node" if channel == "intra_node" else "inter-node"
+        out.append(ResourceTime(
+            resource=f"{where} link ({name})", kind="link",
+            time_s=msgs * link.latency_s + nbytes / lbw,
+            detail=f"{format_bytes(nbytes)} at {format_bandwidth(lbw)} + {msgs:.0f} x {link.latency_s * 1e6:.3g} µs",
+        ))
+    return out
+
+
+def price_phase(ph: PhaseLedger, system: System, compute_dtype: str) -> PhaseEstimate:
+    res = resource_times(ph, system, compute_dtype)
+    compute = res[0].time_s
+    bubble = ph.pipeline_bubble_fraction * compute
+    time = combine([r.time_s for r in res], system.overlap, system.overlap_fraction) + bubble
+    return PhaseEstimate(phase=ph.phase, time_s=time, resources=res, bubble_s=bubble, overlap=system.overlap)
+
+
+def memory_check(ledger: Ledger, system: System) -> MemoryCheck:
+    used = ledger.memory_bytes("hbm")
+    usable = system.usable_memory_bytes
+    return MemoryCheck(
+        tier="hbm", used_bytes=used, usable_bytes=usable, capacity_bytes=system.device.memory_capacity_bytes,
+        fits=used <= usable, items=[i for i in ledger.memory if i.tier == "hbm"],
+    )
+
+
+def price(ledger: Ledger, system: System) -> Estimate:
+    """Price every phase of the ledger and derive throughput, MFU, $ and J."""
+    phases = [price_phase(ph, system, ledger.compute_dtype) for ph in ledger.phases]
+    n = system.num_devices
+    power = system.power_W * n
+    usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
+    peak = system.device.peak_flops_for(ledger.compute_dtype)
+    training = serving = None
+    if ledger.training:
+        ph, led = phases[0], ledger.phases[0]
+        t = ph.time_s
+        tokens = ledger.training.tokens_per_step
+        total = ledger.training.total_tokens
+        steps = total / tokens if total else None
+        training = TrainingMetrics(
+            step_time_s=t, tokens_per_s=tokens / t,
+            mfu=led.flops.model_total / (t * peak * n), hfu=led.flops.hardware / (t * peak),
+            joules_per_step=power * t, joules_per_token=power * t / tokens,
+            usd_per_step=usd_rate * t if usd_rate is not None else None,
+            usd_per_million_tokens=usd_rate * t / tokens * 1e6 if usd_rate is not None else None,
+            total_time_s=steps * t if steps else None,
+            total_usd=steps * t * usd_rate if steps and usd_rate is not None else None,
+            total_joules=steps * t * power if steps else None,
+        )
+    if ledger.serving:
+        f = ledger.serving
+        ttft, tpot = phases[0].time_s, phases[1].time_s
+        latency = ttft + f.output_tokens * tpot
+        batch = max(f.batch, 1)
+        per_batch_tokens = batch * f.output_tokens * f.pipeline_batches_in_flight * f.replicas
+        serving = ServingMetrics(
+            ttft_s=ttft, tpot_s=tpot, request_latency_s=latency,
+            output_tokens_per_s=batch * f.pipeline_batches_in_flight * f.replicas / tpot,
+            joules_per_output_token=power * latency / per_batch_tokens,
+            usd_per_million_output_tokens=usd_rate * latency / per_batch_tokens * 1e6 if usd_rate is not None else None,
+        )
+    return Estimate(
+        ledger=ledger, device=system.device.name, phases=phases, memory=memory_check(ledger, system),
+        training=training, serving=serving,
+    )

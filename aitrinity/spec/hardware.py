@@ -1,0 +1,106 @@
+"""Hardware inputs: devices, links and memory tiers (catalog data or user files).
+
+Conventions (DESIGN.md): FLOP/s are *dense* peaks per dtype (no structured
+sparsity); bandwidths of links are per device and per direction; memory
+bandwidth is the device's peak to its own memory.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from aitrinity.spec._base import Bandwidth, Bytes, FlopRate, Fraction, Power, PricePerHour, Seconds, Spec
+
+Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+BYTES_PER_DTYPE: dict[str, float] = {
+    "fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5,
+}
+
+
+class Efficiency(Spec):
+    """Achievable fractions of peak, as data (Calculon's convention).
+
+    Matmul efficiency follows a saturating curve in the number of rows ``m``
+    (tokens) a GEMM processes: ``eff(m) = compute * m / (m + compute_half_rows)``.
+    ``compute_half_rows = 0`` means flat. ``memory`` is the achievable fraction
+    of peak memory bandwidth for streaming access.
+    """
+
+    compute: Fraction = 0.75
+    compute_half_rows: float = Field(default=0.0, ge=0)
+    memory: Fraction = 0.85
+
+    def compute_at(self, rows: float) -> float:
+        if self.compute_half_rows <= 0:
+            return self.compute
+        return self.compute * rows / (rows + self.compute_half_rows)
+
+
+class DeviceSpec(Spec):
+    """An accelerator or a host CPU (one socket / one GPU)."""
+
+    name: str
+    kind: Literal["gpu", "cpu", "accelerator"]
+    vendor: str
+    source: str
+    aliases: list[str] = []
+    peak_flops: dict[Dtype, FlopRate]
+    memory_kind: str
+    memory_capacity_bytes: Bytes
+    memory_bandwidth_Bps: Bandwidth
+    tdp_W: Power
+    price_per_hour_usd: PricePerHour | None = None
+    price_source: str | None = None
+    efficiency: Efficiency = Efficiency()
+    typical_intra_node_link: str = "pcie-5-x16"
+    typical_inter_node_link: str = "ethernet-100g"
+
+    @model_validator(mode="after")
+    def _check(self) -> DeviceSpec:
+        if not self.peak_flops:
+            raise ValueError("peak_flops must list at least one dtype")
+        if self.price_per_hour_usd is not None and not self.price_source:
+            raise ValueError("price_source is required when price_per_hour_usd is given")
+        return self
+
+    def peak_flops_for(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; bf16 and fp16 stand in for each other."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]  # type: ignore[index]
+        twin = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
+        if twin and twin in self.peak_flops:
+            return self.peak_flops[twin]  # type: ignore[index]
+        from aitrinity.errors import SpecError
+
+        raise SpecError("dtype", dtype, f"a dtype {self.name} supports: {', '.join(self.peak_flops)}")
+
+
+class LinkSpec(Spec):
+    """A link under the α-β model: ``time = latency_s + bytes / bandwidth_Bps``.
+
+    ``bandwidth_Bps`` is per device and per direction (e.g. NVLink 4: 450 GB/s
+    each way of the 900 GB/s bidirectional total).
+    """
+
+    name: str
+    kind: Literal["nvlink", "infinity-fabric", "pcie", "infiniband", "ethernet", "wan", "wireless"]
+    source: str
+    aliases: list[str] = []
+    bandwidth_Bps: Bandwidth
+    latency_s: Seconds
+    efficiency: Fraction = 0.85
+
+
+class MemoryTierSpec(Spec):
+    """A memory tier below device memory: host DRAM, NVMe SSD, a remote pool."""
+
+    name: str
+    kind: Literal["dram", "ssd", "remote"]
+    source: str
+    aliases: list[str] = []
+    capacity_bytes: Bytes
+    bandwidth_Bps: Bandwidth
+    latency_s: Seconds

@@ -1,0 +1,126 @@
+"""Transformer model inputs (dense, GQA, MoE, MLA, sliding window).
+
+Parameter counts are *derived* from these fields (``aitrinity.cost.params``);
+``reference_params`` is only the published figure used to validate them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from aitrinity.spec._base import Spec
+
+
+class MoESpec(Spec):
+    """Mixture of experts in the MLP (Switch / GShard / DeepSeekMoE style)."""
+
+    num_experts: int = Field(gt=0)
+    experts_per_token: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    first_dense_layers: int = Field(default=0, ge=0)
+    router_bias: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts})")
+        return self
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2 §2.1): low-rank joint KV compression.
+
+    The KV cache holds ``kv_lora_rank + qk_rope_head_dim`` values per token per layer.
+    """
+
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer."""
+
+    name: str
+    source: str
+    family: str = ""
+    hf_ids: list[str] = []
+    aliases: list[str] = []
+    reference_params: float | None = Field(default=None, gt=0)
+    reference_source: str | None = None
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    max_seq_len: int = Field(gt=0)
+
+    mlp: Literal["gated", "standard"] = "gated"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    position: Literal["rope", "learned"] = "rope"
+    learned_positions: int = Field(default=0, ge=0)
+    tie_embeddings: bool = False
+    sliding_window: int | None = Field(default=None, gt=0)
+    dropout: bool = False
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.num_attention_heads % self.kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_kv_heads ({self.kv_heads})"
+            )
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
+                f"({self.num_attention_heads}); give head_dim explicitly"
+            )
+        if self.position == "learned" and self.learned_positions == 0:
+            raise ValueError("position 'learned' needs learned_positions (rows of the position table)")
+        if self.moe and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError("moe.first_dense_layers exceeds num_layers")
+        return self
+
+    # ------------------------------------------------------------------ derived shapes
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def dim_head(self) -> int:
+        """Query/key head dimension (for MLA: nope + rope)."""
+        if self.mla:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.dim_head
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.moe.first_dense_layers if self.moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def attention_kind(self) -> str:
+        if self.mla:
+            return "MLA"
+        if self.kv_heads == 1:
+            return "MQA"
+        return "GQA" if self.kv_heads < self.num_attention_heads else "MHA"

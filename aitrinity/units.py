@@ -1,0 +1,255 @@
+"""The only place that parses and formats quantities.
+
+Everything inside aitrinity is SI in base units: bytes, seconds, FLOP, bytes/s,
+FLOP/s, watts, joules, US dollars. Inputs may be human strings:
+
+=============  ==========================================================
+dimension      accepted examples
+=============  ==========================================================
+bytes          ``80 GiB``, ``80GB``, ``1.5 TB``, ``512 KiB``, ``4096``
+bandwidth      ``3.35 TB/s``, ``900 GB/s``, ``400 Gbit/s``, ``25 Gbps``,
+               ``100mbit``, ``12 GiB/s``
+flop rate      ``989 TFLOPS``, ``989 TFLOP/s``, ``1.5 PFLOPS``, ``624 TOPS``
+power          ``700 W``, ``1.2 kW``
+price          ``$2.50/h``, ``2.5 $/h``, ``$2.50/hr``, ``$1.2/hour``
+time           ``5 us``, ``2 µs``, ``1.5 ms``, ``3 s``, ``2 h``
+=============  ==========================================================
+
+Decimal prefixes (k, M, G, T, P) are powers of 1000, binary prefixes (Ki, Mi,
+Gi, Ti, Pi) powers of 1024 -- always, never guessed from context. In
+bandwidth a lower-case ``b``/``bit`` is a bit and an upper-case ``B`` a byte.
+Formatting functions say which convention they use in the unit they print.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from aitrinity.errors import UnitError
+
+_DEC = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+
+_NUM = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_QTY = re.compile(rf"^\s*{_NUM}\s*(?P<unit>.*?)\s*$")
+
+Quantity = str | int | float
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    m = _QTY.match(text.replace(",", "").replace("_", ""))
+    if not m:
+        raise UnitError(f"cannot read {text!r} as {what}")
+    return float(m.group("num")), m.group("unit")
+
+
+def _scale(prefix: str) -> float:
+    """Multiplier of a prefix: ``Gi`` -> 2**30 (binary), ``G``/``g`` -> 1e9 (decimal).
+
+    Lower-case single letters are read as decimal prefixes ("mbit", "gbps" are
+    common in tooling); milli is never meant for a size or a rate.
+    """
+    if prefix.endswith("i"):
+        return _BIN[prefix[0].upper() + "i"]
+    return _DEC[prefix if prefix in ("", "k") else prefix.upper()]
+
+
+def _number(value: Quantity, what: str) -> float | None:
+    if isinstance(value, bool):
+        raise UnitError(f"{value!r} is not {what}")
+    if isinstance(value, int | float):
+        return float(value)
+    return None
+
+
+def _finite(x: float, text: object, what: str) -> float:
+    if not math.isfinite(x):
+        raise UnitError(f"{text!r} is not a finite {what}")
+    return x
+
+
+_BYTES = re.compile(r"^(?P<p>[kKMGTPE]i?|)(?:B|byte|bytes)$")
+
+
+def parse_bytes(value: Quantity) -> float:
+    """Bytes from ``"80 GiB"`` (binary), ``"80 GB"`` (decimal) or a plain number."""
+    n = _number(value, "a size in bytes")
+    if n is not None:
+        return _finite(n, value, "size")
+    num, unit = _split(value, "a size in bytes")
+    if unit == "":
+        return _finite(num, value, "size")
+    m = _BYTES.match(unit)
+    if not m:
+        raise UnitError(f"cannot read {value!r} as a size: use B, kB, MB, GB, TB or KiB, MiB, GiB, TiB")
+    return _finite(num * _scale(m.group("p")), value, "size")
+
+
+_RATE = re.compile(
+    r"^(?P<p>[kKmMgGtTpP]i?|)(?P<base>B|b|bit|bits|byte|bytes)(?:/s|ps|/sec)?$"
+)
+
+
+def parse_bandwidth(value: Quantity) -> float:
+    """Bytes per second from ``"3.35 TB/s"``, ``"400 Gbit/s"``, ``"25 Gbps"``, ``"100mbit"``.
+
+    ``B`` is a byte, ``b``/``bit`` a bit; a plain number is bytes/s.
+    """
+    n = _number(value, "a bandwidth")
+    if n is not None:
+        return _finite(n, value, "bandwidth")
+    num, unit = _split(value, "a bandwidth")
+    if unit == "":
+        return _finite(num, value, "bandwidth")
+    m = _RATE.match(unit)
+    if not m:
+        raise UnitError(
+            f"cannot read {value!r} as a bandwidth: use e.g. '900 GB/s', '400 Gbit/s', '25 Gbps'"
+        )
+    scale = _scale(m.group("p"))
+    bits = m.group("base") in ("b", "bit", "bits")
+    return _finite(num * scale / (8.0 if bits else 1.0), value, "bandwidth")
+
+
+_FLOPS = re.compile(r"^(?P<p>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s|OPS|OP/s|ops|FLOP/S)$")
+
+
+def parse_flops(value: Quantity) -> float:
+    """FLOP/s (or integer OP/s) from ``"989 TFLOPS"``, ``"1.5 PFLOP/s"``, ``"624 TOPS"``."""
+    n = _number(value, "a FLOP rate")
+    if n is not None:
+        return _finite(n, value, "FLOP rate")
+    num, unit = _split(value, "a FLOP rate")
+    if unit == "":
+        return _finite(num, value, "FLOP rate")
+    m = _FLOPS.match(unit)
+    if not m:
+        raise UnitError(f"cannot read {value!r} as a FLOP rate: use e.g. '989 TFLOPS' or '624 TOPS'")
+    return _finite(num * _DEC[m.group("p")], value, "FLOP rate")
+
+
+_POWER = re.compile(r"^(?P<p>[kMG]?)W$")
+
+
+def parse_power(value: Quantity) -> float:
+    """Watts from ``"700 W"`` or ``"1.2 kW"``."""
+    n = _number(value, "a power")
+    if n is not None:
+        return _finite(n, value, "power")
+    num, unit = _split(value, "a power")
+    if unit == "":
+        return _finite(num, value, "power")
+    m = _POWER.match(unit)
+    if not m:
+        raise UnitError(f"cannot read {value!r} as a power: use e.g. '700 W' or '1.2 kW'")
+    return _finite(num * _DEC[m.group("p")], value, "power")
+
+
+_TIME = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
+    "min": 60.0, "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0,
+}
+
+
+def parse_time(value: Quantity) -> float:
+    """Seconds from ``"5 us"``, ``"1.5 ms"``, ``"2 h"`` or a plain number of seconds."""
+    n = _number(value, "a time")
+    if n is not None:
+        return _finite(n, value, "time")
+    num, unit = _split(value, "a time")
+    if unit == "":
+        return _finite(num, value, "time")
+    if unit not in _TIME:
+        raise UnitError(f"cannot read {value!r} as a time: use ns, us, ms, s, min, h")
+    return _finite(num * _TIME[unit], value, "time")
+
+
+_PRICE = re.compile(r"^\s*(?P<pre>\$?)\s*" + _NUM + r"\s*(?P<post>\$|USD)?\s*/\s*(?P<per>h|hr|hour)\s*$")
+
+
+def parse_price_per_hour(value: Quantity) -> float:
+    """US dollars per hour from ``"$2.50/h"``, ``"2.5 $/h"`` or a plain number."""
+    n = _number(value, "a price per hour")
+    if n is not None:
+        return _finite(n, value, "price")
+    m = _PRICE.match(value)
+    if not m or not (m.group("pre") or m.group("post")):
+        raise UnitError(f"cannot read {value!r} as a price: use e.g. '$2.50/h'")
+    return _finite(float(m.group("num")), value, "price")
+
+
+# ----------------------------------------------------------------------------- formatting
+
+_DEC_STEPS = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
+_BIN_STEPS = [(2.0**50, "Pi"), (2.0**40, "Ti"), (2.0**30, "Gi"), (2.0**20, "Mi"), (2.0**10, "Ki"), (1.0, "")]
+
+
+def _scaled(x: float, steps: list[tuple[float, str]], unit: str, digits: int) -> str:
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g} {unit}"
+    for scale, prefix in steps:
+        if abs(x) >= scale:
+            return f"{x / scale:.{digits}g} {prefix}{unit}"
+    scale, prefix = steps[-1]
+    return f"{x / scale:.{digits}g} {prefix}{unit}"
+
+
+def format_bytes(n: float, *, binary: bool = True, digits: int = 3) -> str:
+    """``format_bytes(80 * 2**30) == '80 GiB'``; ``binary=False`` prints GB (10^9)."""
+    return _scaled(n, _BIN_STEPS if binary else _DEC_STEPS, "B", digits)
+
+
+def format_bandwidth(bps: float, *, digits: int = 3) -> str:
+    """Decimal bytes per second: ``'3.35 TB/s'``."""
+    return _scaled(bps, _DEC_STEPS, "B/s", digits)
+
+
+def format_flops(flops: float, *, digits: int = 3) -> str:
+    """A FLOP count with a decimal prefix: ``'3.14e+23 FLOP'`` for huge ones."""
+    if abs(flops) >= 1e18:
+        return f"{flops:.{digits}g} FLOP"
+    return _scaled(flops, _DEC_STEPS, "FLOP", digits)
+
+
+def format_flop_rate(rate: float, *, digits: int = 3) -> str:
+    return _scaled(rate, _DEC_STEPS, "FLOP/s", digits)
+
+
+def format_time(s: float, *, digits: int = 3) -> str:
+    """Seconds with a readable unit: ns, µs, ms, s, min, h, d."""
+    if not math.isfinite(s):
+        return "inf"
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    for limit, scale, unit in (
+        (1e-6, 1e-9, "ns"), (1e-3, 1e-6, "µs"), (1.0, 1e-3, "ms"), (120.0, 1.0, "s"),
+        (7200.0, 60.0, "min"), (172800.0, 3600.0, "h"),
+    ):
+        if a < limit:
+            return f"{s / scale:.{digits}g} {unit}"
+    return f"{s / 86400.0:.{digits}g} d"
+
+
+def format_money(usd: float) -> str:
+    if abs(usd) >= 100:
+        return f"${usd:,.0f}"
+    if abs(usd) >= 0.01:
+        return f"${usd:.2f}"
+    return f"${usd:.3g}"
+
+
+def format_energy(j: float, *, digits: int = 3) -> str:
+    """Joules, switching to kWh above 3.6 MJ."""
+    if abs(j) >= 3.6e6:
+        return f"{j / 3.6e6:.{digits}g} kWh"
+    return _scaled(j, _DEC_STEPS, "J", digits)
+
+
+def format_count(n: float, *, digits: int = 3) -> str:
+    """A count with a decimal suffix: 70.6B, 12.9M."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}g}{suffix}"
+    return f"{n:.{digits}g}"
