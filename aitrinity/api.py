@@ -28,13 +28,17 @@ class Resolved:
     system: System
 
 
-def resolve(scenario: Scenario | str | Path) -> Resolved:
-    sc = scenario if isinstance(scenario, Scenario) else catalog.load_scenario(scenario)
+def resolve(scenario: Scenario | str | Path, base: Path | None = None) -> Resolved:
+    """Resolve names; file paths inside a scenario file are relative to that file's folder."""
+    if not isinstance(scenario, Scenario):
+        if Path(scenario).is_file():
+            base = Path(scenario).resolve().parent
+        scenario = catalog.load_scenario(scenario)
     try:
-        model = catalog.model(sc.workload.model)
+        model = catalog.model(scenario.workload.model, base)
     except UnknownNameError as e:
         raise e.at("workload.model") from None
-    return Resolved(sc, model, resolve_system(sc.system))
+    return Resolved(scenario, model, resolve_system(scenario.system, base))
 
 
 def ledger(r: Resolved) -> Ledger:

@@ -22,18 +22,28 @@ class UnitError(TrinityError, ValueError):
 class SpecError(TrinityError, ValueError):
     """An input (scenario, catalog file, override) is invalid.
 
-    ``field`` is a dotted path such as ``plan.tp``; ``value`` the offending value.
+    ``field`` is a dotted path such as ``plan.tp``; ``value`` the offending value;
+    ``source`` the file it came from, when there is one.
     """
 
-    def __init__(self, field: str, value: object, expected: str) -> None:
+    def __init__(self, field: str, value: object, expected: str, source: str = "", missing: bool = False) -> None:
         self.field = field
         self.value = value
         self.expected = expected
+        self.source = source
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        where = f"{field}: " if field else ""
-        super().__init__(f"{where}got {shown}, expected {expected}")
+        where = "".join(f"{p}: " for p in (source, field) if p)
+        what = "required but missing" if missing else f"got {shown}, expected {expected}"
+        super().__init__(f"{where}{what}")
+
+    @classmethod
+    def file(cls, path: object, problem: str) -> SpecError:
+        """A problem with a whole file (unreadable, not YAML, wrong kind)."""
+        err = cls("", path, problem, source=str(path))
+        err.args = (f"{path}: {problem}",)
+        return err
 
 
 class UnknownNameError(TrinityError, LookupError):

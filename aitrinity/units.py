@@ -34,7 +34,7 @@ _BIN = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**5
 _NUM = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QTY = re.compile(rf"^\s*{_NUM}\s*(?P<unit>.*?)\s*$")
 
-Quantity = str | int | float
+Quantity = object  # a str, int or float; anything else raises UnitError
 
 
 def _split(text: str, what: str) -> tuple[float, str]:
@@ -55,12 +55,11 @@ def _scale(prefix: str) -> float:
     return _DEC[prefix if prefix in ("", "k") else prefix.upper()]
 
 
-def _number(value: Quantity, what: str) -> float | None:
-    if isinstance(value, bool):
+def _number_or_text(value: object, what: str) -> float | str:
+    """A plain number as float, a string as-is; anything else (None, bool, list) is an error."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise UnitError(f"{value!r} is not {what}")
-    if isinstance(value, int | float):
-        return float(value)
-    return None
+    return float(value) if isinstance(value, int | float) else value
 
 
 def _finite(x: float, text: object, what: str) -> float:
@@ -74,10 +73,10 @@ _BYTES = re.compile(r"^(?P<p>[kKMGTPE]i?|)(?:B|byte|bytes)$")
 
 def parse_bytes(value: Quantity) -> float:
     """Bytes from ``"80 GiB"`` (binary), ``"80 GB"`` (decimal) or a plain number."""
-    n = _number(value, "a size in bytes")
-    if n is not None:
-        return _finite(n, value, "size")
-    num, unit = _split(value, "a size in bytes")
+    v = _number_or_text(value, "a size in bytes")
+    if isinstance(v, float):
+        return _finite(v, value, "size")
+    num, unit = _split(v, "a size in bytes")
     if unit == "":
         return _finite(num, value, "size")
     m = _BYTES.match(unit)
@@ -86,29 +85,28 @@ def parse_bytes(value: Quantity) -> float:
     return _finite(num * _scale(m.group("p")), value, "size")
 
 
-_RATE = re.compile(
-    r"^(?P<p>[kKmMgGtTpP]i?|)(?P<base>B|b|bit|bits|byte|bytes)(?:/s|ps|/sec)?$"
-)
+_RATE = re.compile(r"^(?P<p>[kKmMgGtTpP]i?|)(?P<base>B|b|bit|bits|byte|bytes)(?P<per>/s|ps|/sec)?$")
 
 
 def parse_bandwidth(value: Quantity) -> float:
     """Bytes per second from ``"3.35 TB/s"``, ``"400 Gbit/s"``, ``"25 Gbps"``, ``"100mbit"``.
 
-    ``B`` is a byte, ``b``/``bit`` a bit; a plain number is bytes/s.
+    ``B`` is a byte, ``b``/``bit`` a bit; a plain number is bytes/s. Byte units need
+    ``/s`` (``"10 GB"`` is a size); bit units may omit it, as tc does (``100mbit``).
     """
-    n = _number(value, "a bandwidth")
-    if n is not None:
-        return _finite(n, value, "bandwidth")
-    num, unit = _split(value, "a bandwidth")
+    v = _number_or_text(value, "a bandwidth")
+    if isinstance(v, float):
+        return _finite(v, value, "bandwidth")
+    num, unit = _split(v, "a bandwidth")
     if unit == "":
         return _finite(num, value, "bandwidth")
     m = _RATE.match(unit)
     if not m:
-        raise UnitError(
-            f"cannot read {value!r} as a bandwidth: use e.g. '900 GB/s', '400 Gbit/s', '25 Gbps'"
-        )
+        raise UnitError(f"cannot read {value!r} as a bandwidth: use e.g. '900 GB/s', '400 Gbit/s', '25 Gbps'")
     scale = _scale(m.group("p"))
     bits = m.group("base") in ("b", "bit", "bits")
+    if not bits and not m.group("per"):
+        raise UnitError(f"{value!r} is a size, not a bandwidth: add '/s' (e.g. '{value}/s')")
     return _finite(num * scale / (8.0 if bits else 1.0), value, "bandwidth")
 
 
@@ -117,10 +115,10 @@ _FLOPS = re.compile(r"^(?P<p>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s|OPS|OP/s|op
 
 def parse_flops(value: Quantity) -> float:
     """FLOP/s (or integer OP/s) from ``"989 TFLOPS"``, ``"1.5 PFLOP/s"``, ``"624 TOPS"``."""
-    n = _number(value, "a FLOP rate")
-    if n is not None:
-        return _finite(n, value, "FLOP rate")
-    num, unit = _split(value, "a FLOP rate")
+    v = _number_or_text(value, "a FLOP rate")
+    if isinstance(v, float):
+        return _finite(v, value, "FLOP rate")
+    num, unit = _split(v, "a FLOP rate")
     if unit == "":
         return _finite(num, value, "FLOP rate")
     m = _FLOPS.match(unit)
@@ -134,10 +132,10 @@ _POWER = re.compile(r"^(?P<p>[kMG]?)W$")
 
 def parse_power(value: Quantity) -> float:
     """Watts from ``"700 W"`` or ``"1.2 kW"``."""
-    n = _number(value, "a power")
-    if n is not None:
-        return _finite(n, value, "power")
-    num, unit = _split(value, "a power")
+    v = _number_or_text(value, "a power")
+    if isinstance(v, float):
+        return _finite(v, value, "power")
+    num, unit = _split(v, "a power")
     if unit == "":
         return _finite(num, value, "power")
     m = _POWER.match(unit)
@@ -147,17 +145,28 @@ def parse_power(value: Quantity) -> float:
 
 
 _TIME = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
-    "min": 60.0, "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
 }
 
 
 def parse_time(value: Quantity) -> float:
     """Seconds from ``"5 us"``, ``"1.5 ms"``, ``"2 h"`` or a plain number of seconds."""
-    n = _number(value, "a time")
-    if n is not None:
-        return _finite(n, value, "time")
-    num, unit = _split(value, "a time")
+    v = _number_or_text(value, "a time")
+    if isinstance(v, float):
+        return _finite(v, value, "time")
+    num, unit = _split(v, "a time")
     if unit == "":
         return _finite(num, value, "time")
     if unit not in _TIME:
@@ -170,10 +179,10 @@ _PRICE = re.compile(r"^\s*(?P<pre>\$?)\s*" + _NUM + r"\s*(?P<post>\$|USD)?\s*/\s
 
 def parse_price_per_hour(value: Quantity) -> float:
     """US dollars per hour from ``"$2.50/h"``, ``"2.5 $/h"`` or a plain number."""
-    n = _number(value, "a price per hour")
-    if n is not None:
-        return _finite(n, value, "price")
-    m = _PRICE.match(value)
+    v = _number_or_text(value, "a price per hour")
+    if isinstance(v, float):
+        return _finite(v, value, "price")
+    m = _PRICE.match(v)
     if not m or not (m.group("pre") or m.group("post")):
         raise UnitError(f"cannot read {value!r} as a price: use e.g. '$2.50/h'")
     return _finite(float(m.group("num")), value, "price")
@@ -224,8 +233,12 @@ def format_time(s: float, *, digits: int = 3) -> str:
     if a == 0:
         return "0 s"
     for limit, scale, unit in (
-        (1e-6, 1e-9, "ns"), (1e-3, 1e-6, "µs"), (1.0, 1e-3, "ms"), (120.0, 1.0, "s"),
-        (7200.0, 60.0, "min"), (172800.0, 3600.0, "h"),
+        (1e-6, 1e-9, "ns"),
+        (1e-3, 1e-6, "µs"),
+        (1.0, 1e-3, "ms"),
+        (120.0, 1.0, "s"),
+        (7200.0, 60.0, "min"),
+        (172800.0, 3600.0, "h"),
     ):
         if a < limit:
             return f"{s / scale:.{digits}g} {unit}"

@@ -15,6 +15,15 @@ from aitrinity.catalog.loader import (
 )
 
 __all__ = [
-    "KINDS", "canonical", "device", "entry", "link", "load_scenario", "model", "names", "resolve_system",
-    "scenario", "tier",
+    "KINDS",
+    "canonical",
+    "device",
+    "entry",
+    "link",
+    "load_scenario",
+    "model",
+    "names",
+    "resolve_system",
+    "scenario",
+    "tier",
 ]

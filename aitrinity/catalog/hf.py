@@ -18,7 +18,7 @@ _LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "deepseek_v2", "deepseek_
 
 def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
     if key not in cfg:
-        raise SpecError(f"{where}.{key}", None, "a value (required by this model_type)")
+        raise SpecError(key, None, "a value (required by this model_type)", source=where, missing=True)
     return cfg[key]
 
 
@@ -32,9 +32,9 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
     elif mtype == "gpt2":
         data = _gpt2(cfg, where)
     else:
-        raise SpecError(f"{where}.model_type", mtype, f"one of {sorted(_LLAMA_LIKE | {'opt', 'gpt2'})}")
+        raise SpecError("model_type", mtype, f"one of {sorted(_LLAMA_LIKE | {'opt', 'gpt2'})}", source=where)
     data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
-    return validate(ModelSpec, data, where)
+    return validate(ModelSpec, data, source=where)
 
 
 def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
 
 def _opt(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     if cfg.get("word_embed_proj_dim", cfg.get("hidden_size")) != cfg.get("hidden_size"):
-        raise SpecError(f"{where}.word_embed_proj_dim", cfg["word_embed_proj_dim"], "equal to hidden_size")
+        raise SpecError("word_embed_proj_dim", cfg["word_embed_proj_dim"], "equal to hidden_size", source=where)
     positions = _req(cfg, "max_position_embeddings", where)
     return {
         "family": "opt",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
@@ -27,7 +27,11 @@ from aitrinity.spec.scenario import Scenario, System, SystemInput
 Kind = Literal["devices", "links", "tiers", "models", "scenarios"]
 KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "scenarios")
 _TYPES: dict[str, type[BaseModel]] = {
-    "devices": DeviceSpec, "links": LinkSpec, "tiers": MemoryTierSpec, "models": ModelSpec, "scenarios": Scenario,
+    "devices": DeviceSpec,
+    "links": LinkSpec,
+    "tiers": MemoryTierSpec,
+    "models": ModelSpec,
+    "scenarios": Scenario,
 }
 _SINGULAR = {"devices": "device", "links": "link", "tiers": "memory tier", "models": "model", "scenarios": "scenario"}
 DATA = Path(__file__).with_name("data")
@@ -41,13 +45,13 @@ def read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SpecError(str(path), None, f"a readable file ({e.strerror})") from None
+        raise SpecError.file(path, f"cannot read the file ({e.strerror})") from None
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 -- SafeLoader / CSafeLoader only
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(str(path), None, f"valid YAML (syntax error{at})") from None
+        raise SpecError.file(path, f"not valid YAML (syntax error{at})") from None
 
 
 def names(kind: Kind) -> list[str]:
@@ -87,60 +91,65 @@ def canonical(kind: Kind, name: str) -> str:
 def _load_entry(kind: str, name: str) -> BaseModel:
     path = DATA / kind / f"{name}.yaml"
     data = read_yaml(path)
-    spec = validate(_TYPES[kind], data, f"{kind}/{name}.yaml")
+    spec = validate(_TYPES[kind], data, source=f"catalog {kind}/{name}.yaml")
     if getattr(spec, "name", name) != name:
-        raise SpecError(f"{kind}/{name}.yaml: name", getattr(spec, "name", None), f"{name!r} (the file name)")
+        raise SpecError(
+            "name", getattr(spec, "name", None), f"{name!r} (the file name)", source=f"catalog {kind}/{name}.yaml"
+        )
     return spec
 
 
 def _is_path(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref and Path(ref).exists()
+    return ref.endswith((".yaml", ".yml", ".json")) or ("/" in ref and Path(ref).exists())
 
 
 def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
     p = Path(path)
     if not p.is_file():
-        raise SpecError(str(path), None, f"an existing {_SINGULAR[kind]} file")
+        raise SpecError.file(path, f"no such {_SINGULAR[kind]} file")
     if kind == "models" and p.suffix == ".json":
         from aitrinity.catalog.hf import from_hf_config
 
         try:
             cfg = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise SpecError(str(path), None, f"a readable JSON config ({e.__class__.__name__})") from None
+            raise SpecError.file(path, f"not a readable JSON config ({e.__class__.__name__})") from None
         if not isinstance(cfg, dict):
-            raise SpecError(str(path), type(cfg).__name__, "a JSON object")
+            raise SpecError.file(path, f"expected a JSON object, got {type(cfg).__name__}")
         name = cfg.get("_name_or_path") or p.parent.name or p.stem
         return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
-    return validate(cls, read_yaml(p), str(path))
+    return validate(cls, read_yaml(p), source=str(path))
 
 
-def get(kind: Kind, ref: str, cls: type[T]) -> T:
+def get(kind: Kind, ref: str, cls: type[T], base: Path | None = None) -> T:
+    """An entry by name, alias, HF id, or file path (relative paths: against ``base`` first)."""
     if _is_path(ref):
+        if base is not None and not Path(ref).is_absolute() and (base / ref).is_file():
+            return load_file(kind, base / ref, cls)
         return load_file(kind, ref, cls)
     spec = _load_entry(kind, canonical(kind, ref))
     assert isinstance(spec, cls)
     return spec
 
 
-def device(ref: str) -> DeviceSpec:
-    return get("devices", ref, DeviceSpec)
+def device(ref: str, base: Path | None = None) -> DeviceSpec:
+    return get("devices", ref, DeviceSpec, base)
 
 
-def link(ref: str) -> LinkSpec:
-    return get("links", ref, LinkSpec)
+def link(ref: str, base: Path | None = None) -> LinkSpec:
+    return get("links", ref, LinkSpec, base)
 
 
-def tier(ref: str) -> MemoryTierSpec:
-    return get("tiers", ref, MemoryTierSpec)
+def tier(ref: str, base: Path | None = None) -> MemoryTierSpec:
+    return get("tiers", ref, MemoryTierSpec, base)
 
 
-def model(ref: str) -> ModelSpec:
-    return get("models", ref, ModelSpec)
+def model(ref: str, base: Path | None = None) -> ModelSpec:
+    return get("models", ref, ModelSpec, base)
 
 
-def scenario(ref: str) -> Scenario:
-    return get("scenarios", ref, Scenario)
+def scenario(ref: str, base: Path | None = None) -> Scenario:
+    return get("scenarios", ref, Scenario, base)
 
 
 def entry(ref: str) -> tuple[Kind, BaseModel]:
@@ -154,21 +163,33 @@ def entry(ref: str) -> tuple[Kind, BaseModel]:
     raise UnknownNameError("catalog entry", ref, every)
 
 
-def resolve_system(s: SystemInput) -> System:
+def resolve_system(s: SystemInput, base: Path | None = None) -> System:
     """Names -> specs. Links the scenario leaves out default to the device's typical platform fabric."""
-    dev = _field("system.device", lambda: device(s.device))
-    intra = _field("system.intra_node_link", lambda: link(s.intra_node_link or dev.typical_intra_node_link))
-    inter = _field("system.inter_node_link", lambda: link(s.inter_node_link or dev.typical_inter_node_link))
-    host = _field("system.host_memory", lambda: tier(s.host_memory)) if s.host_memory else None
-    storage = _field("system.storage", lambda: tier(s.storage)) if s.storage else None
-    return validate(System, {
-        "device": dev, "num_devices": s.num_devices, "devices_per_node": s.devices_per_node,
-        "intra_node_link": intra, "inter_node_link": inter, "host_memory": host, "storage": storage,
-        "overlap": s.overlap, "overlap_fraction": s.overlap_fraction,
-        "usable_memory_fraction": s.usable_memory_fraction,
-        "price_per_device_hour": s.price_per_device_hour, "power_per_device_W": s.power_per_device,
-        "efficiency": s.efficiency,
-    }, "system")
+    dev = _field("system.device", lambda: device(s.device, base))
+    intra = _field("system.intra_node_link", lambda: link(s.intra_node_link or dev.typical_intra_node_link, base))
+    inter = _field("system.inter_node_link", lambda: link(s.inter_node_link or dev.typical_inter_node_link, base))
+    host_ref, storage_ref = s.host_memory, s.storage
+    host = _field("system.host_memory", lambda: tier(host_ref, base)) if host_ref else None
+    storage = _field("system.storage", lambda: tier(storage_ref, base)) if storage_ref else None
+    return validate(
+        System,
+        {
+            "device": dev,
+            "num_devices": s.num_devices,
+            "devices_per_node": s.devices_per_node,
+            "intra_node_link": intra,
+            "inter_node_link": inter,
+            "host_memory": host,
+            "storage": storage,
+            "overlap": s.overlap,
+            "overlap_fraction": s.overlap_fraction,
+            "usable_memory_fraction": s.usable_memory_fraction,
+            "price_per_device_hour": s.price_per_device_hour,
+            "power_per_device_W": s.power_per_device,
+            "efficiency": s.efficiency,
+        },
+        "system",
+    )
 
 
 def _field(field: str, fn: Callable[[], T]) -> T:

@@ -40,14 +40,18 @@ def derived(kind: str, spec: BaseModel) -> dict[str, Fact]:
             "ridge_point_bf16_flop_per_byte": (
                 spec.peak_flops_for("bf16") / spec.memory_bandwidth_Bps,
                 f"{spec.peak_flops_for('bf16') / spec.memory_bandwidth_Bps:.0f} FLOP/byte",
-            ) if any(k in spec.peak_flops for k in ("bf16", "fp16")) else ("n/a", "n/a"),
+            )
+            if any(k in spec.peak_flops for k in ("bf16", "fp16"))
+            else ("n/a", "n/a"),
         }
     if isinstance(spec, LinkSpec):
         return {
             "bandwidth": (spec.bandwidth_Bps, format_bandwidth(spec.bandwidth_Bps) + " per direction"),
             "latency": (spec.latency_s, format_time(spec.latency_s)),
-            "time_for_1_GiB": (spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency),
-                               format_time(spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency))),
+            "time_for_1_GiB": (
+                spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency),
+                format_time(spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency)),
+            ),
         }
     if isinstance(spec, MemoryTierSpec):
         return {

@@ -27,17 +27,26 @@ EPILOG = """examples:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trinity", description="Compute-bandwidth-memory trade-offs of AI infrastructure.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="trinity",
+        description="Compute-bandwidth-memory trade-offs of AI infrastructure.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"trinity {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    d = sub.add_parser("diagnose", help="which resource binds, by how much, at what price",
-                       description="Diagnose scenarios: the binding resource per phase, every resource's "
-                                   "utilization, the headroom, memory feasibility, $ and joules.")
-    d.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help="scenario YAML files or built-in scenario names (default: all built-in examples)")
+    d = sub.add_parser(
+        "diagnose",
+        help="which resource binds, by how much, at what price",
+        description="Diagnose scenarios: the binding resource per phase, every resource's "
+        "utilization, the headroom, memory feasibility, $ and joules.",
+    )
+    d.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help="scenario YAML files or built-in scenario names (default: all built-in examples)",
+    )
     d.add_argument("--json", action="store_true", help="print the structured result as JSON")
 
     c = sub.add_parser("catalog", help="list or show catalog entries")

@@ -12,7 +12,8 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:
-        cells = [c.ljust(w) if i == 0 or i == len(r) - 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        last = len(r) - 1
+        cells = [c.ljust(w) if i in (0, last) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         out.append(indent + "  ".join(cells).rstrip())
     return out
 
@@ -39,7 +40,7 @@ def diagnosis(d: Diagnosis) -> str:
         pe = est.phase(ph.phase)
         lines.append(f"{ph.phase}: {format_time(ph.time_s)}, bound by {ph.binding}")
         rows = [["resource", "time", "util", "detail"]]
-        for u, r in zip(ph.uses, pe.resources):
+        for u, r in zip(ph.uses, pe.resources, strict=True):
             rows.append([u.resource, format_time(u.time_s), f"{u.utilization:.0%}", r.detail])
         if pe.bubble_s > 0:
             rows.append(["pipeline bubble", format_time(pe.bubble_s), f"{ph.bubble_fraction:.0%}", "fill + drain"])
@@ -60,8 +61,13 @@ def metrics(d: Diagnosis) -> str:
     parts: list[str] = []
     if est.training:
         t = est.training
-        parts += [f"step {format_time(t.step_time_s)}", f"{t.tokens_per_s:,.0f} tokens/s", f"MFU {t.mfu:.1%}",
-                  f"HFU {t.hfu:.1%}", f"{format_energy(t.joules_per_token)}/token"]
+        parts += [
+            f"step {format_time(t.step_time_s)}",
+            f"{t.tokens_per_s:,.0f} tokens/s",
+            f"MFU {t.mfu:.1%}",
+            f"HFU {t.hfu:.1%}",
+            f"{format_energy(t.joules_per_token)}/token",
+        ]
         if t.usd_per_million_tokens is not None:
             parts.append(f"{format_money(t.usd_per_million_tokens)}/M tokens")
         if t.total_time_s is not None:
@@ -72,9 +78,13 @@ def metrics(d: Diagnosis) -> str:
         s = est.serving
         led = est.ledger.serving
         assert led is not None
-        parts += [f"batch {led.batch} (max {led.max_batch})", f"TTFT {format_time(s.ttft_s)}",
-                  f"TPOT {format_time(s.tpot_s)}", f"{s.output_tokens_per_s:,.0f} output tokens/s",
-                  f"{format_energy(s.joules_per_output_token)}/token"]
+        parts += [
+            f"batch {led.batch} (max {led.max_batch})",
+            f"TTFT {format_time(s.ttft_s)}",
+            f"TPOT {format_time(s.tpot_s)}",
+            f"{s.output_tokens_per_s:,.0f} output tokens/s",
+            f"{format_energy(s.joules_per_output_token)}/token",
+        ]
         if s.usd_per_million_output_tokens is not None:
             parts.append(f"{format_money(s.usd_per_million_output_tokens)}/M output tokens")
     return ", ".join(parts)

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from aitrinity.cost.ledger import Traffic
+from aitrinity.spec.scenario import System
+
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"]
 
 
@@ -51,3 +54,25 @@ def steps(kind: Collective, n: int) -> int:
 def crosses_nodes(stride: int, size: int, devices_per_node: int) -> bool:
     """Whether a group of ``size`` ranks spaced ``stride`` apart spans more than one node."""
     return stride * size > devices_per_node
+
+
+def traffic(
+    purpose: str, kind: Collective, payload: float, n: int, times: float, stride: int, system: System
+) -> Traffic | None:
+    """``times`` repetitions of one collective over ``n`` ranks spaced ``stride`` apart, on the link it crosses.
+
+    None when the group has a single rank (nothing moves).
+    """
+    if n <= 1 and kind != "p2p":
+        return None
+    crosses = crosses_nodes(stride, n if kind != "p2p" else 2, system.devices_per_node)
+    link = system.inter_node_link if crosses and system.inter_node_link else system.intra_node_link
+    return Traffic(
+        purpose=purpose,
+        collective=kind,
+        channel="inter_node" if link is system.inter_node_link else "intra_node",
+        link=link.name,
+        group_size=n,
+        bytes_per_device=times * bytes_sent(kind, payload, n),
+        messages=times * steps(kind, n),
+    )

@@ -72,8 +72,12 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
     top = max(res, key=lambda r: r.time_s)
     others = [r.time_s for r in res if r is not top]
     free = combine(others, ph.overlap, overlap_fraction) + (ph.bubble_s if top.kind != "compute" else 0.0)
-    uses = [ResourceUse(resource=r.resource, kind=r.kind, time_s=r.time_s,
-                        utilization=r.time_s / ph.time_s if ph.time_s else 0.0) for r in res]
+    uses = [
+        ResourceUse(
+            resource=r.resource, kind=r.kind, time_s=r.time_s, utilization=r.time_s / ph.time_s if ph.time_s else 0.0
+        )
+        for r in res
+    ]
     speedup = ph.time_s / free if free > 0 else float("inf")
     share = top.time_s / ph.time_s if ph.time_s else 0.0
     name = PHASE_NAMES.get(ph.phase, ph.phase)
@@ -87,15 +91,26 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
         f"({share:.0%} of the time{bubble}){tail}; if it were free the {name} would be {gain} faster."
     )
     return PhaseDiagnosis(
-        phase=ph.phase, time_s=ph.time_s, binding=top.resource, binding_kind=top.kind, binding_share=share,
-        uses=uses, bubble_fraction=ph.bubble_s / ph.time_s if ph.time_s else 0.0,
-        time_if_free_s=free, speedup_if_free=speedup, sentence=sentence,
+        phase=ph.phase,
+        time_s=ph.time_s,
+        binding=top.resource,
+        binding_kind=top.kind,
+        binding_share=share,
+        uses=uses,
+        bubble_fraction=ph.bubble_s / ph.time_s if ph.time_s else 0.0,
+        time_if_free_s=free,
+        speedup_if_free=speedup,
+        sentence=sentence,
     )
 
 
 _CATEGORY = {
-    "weights": "weights", "gradients": "gradients", "optimizer": "optimizer states",
-    "activations": "activations", "kv_cache": "KV cache", "buffers": "buffers",
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer": "optimizer states",
+    "activations": "activations",
+    "kv_cache": "KV cache",
+    "buffers": "buffers",
 }
 
 
@@ -113,12 +128,16 @@ def diagnose_capacity(est: Estimate, min_devices: int | None) -> CapacityDiagnos
             more = "no device count fits with this plan's parallel layout; raise tp/pp or the ZeRO stage"
         else:
             more = f"it fits from {need} x {est.device}"
-        sentence = (
-            f"Does not fit: needs {used} per device of {usable} usable (largest: {what}); {more}."
-        )
+        sentence = f"Does not fit: needs {used} per device of {usable} usable (largest: {what}); {more}."
     return CapacityDiagnosis(
-        tier=mem.tier, used_bytes=mem.used_bytes, usable_bytes=mem.usable_bytes, fits=mem.fits,
-        largest_category=largest.category, largest_bytes=largest.bytes, min_devices=need, sentence=sentence,
+        tier=mem.tier,
+        used_bytes=mem.used_bytes,
+        usable_bytes=mem.usable_bytes,
+        fits=mem.fits,
+        largest_category=largest.category,
+        largest_bytes=largest.bytes,
+        min_devices=need,
+        sentence=sentence,
     )
 
 
@@ -139,8 +158,15 @@ def diagnose(est: Estimate, overlap_fraction: float = 0.5, min_devices: int | No
     else:
         verdict = f"{slowest.sentence} {_metrics(est)}".strip()
     return Diagnosis(
-        scenario=led.scenario, kind="training" if led.training else "serving", model=led.model, device=est.device,
-        num_devices=led.num_devices, binding=binding, verdict=verdict, phases=phases, capacity=capacity,
+        scenario=led.scenario,
+        kind="training" if led.training else "serving",
+        model=led.model,
+        device=est.device,
+        num_devices=led.num_devices,
+        binding=binding,
+        verdict=verdict,
+        phases=phases,
+        capacity=capacity,
         estimate=est,
     )
 

@@ -108,15 +108,23 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
     peak = dev.peak_flops_for(compute_dtype)
     rate = peak * eff.compute_at(ph.gemm_rows)
     hw = ph.flops.hardware
-    out = [ResourceTime(
-        resource="compute", kind="compute", time_s=hw / rate,
-        detail=f"{format_flops(hw)} at {format_flop_rate(rate)} ({compute_dtype})",
-    )]
+    out = [
+        ResourceTime(
+            resource="compute",
+            kind="compute",
+            time_s=hw / rate,
+            detail=f"{format_flops(hw)} at {format_flop_rate(rate)} ({compute_dtype})",
+        )
+    ]
     bw = dev.memory_bandwidth_Bps * eff.memory
-    out.append(ResourceTime(
-        resource=f"{dev.memory_kind} bandwidth", kind="memory_bandwidth", time_s=ph.hbm_bytes / bw,
-        detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(bw)}",
-    ))
+    out.append(
+        ResourceTime(
+            resource=f"{dev.memory_kind} bandwidth",
+            kind="memory_bandwidth",
+            time_s=ph.hbm_bytes / bw,
+            detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(bw)}",
+        )
+    )
     links = {system.intra_node_link.name: system.intra_node_link}
     if system.inter_node_link:
         links[system.inter_node_link.name] = system.inter_node_link
@@ -129,11 +137,15 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
         link = links[name]
         lbw = link.bandwidth_Bps * link.efficiency
         where = "intra-node" if channel == "intra_node" else "inter-node"
-        out.append(ResourceTime(
-            resource=f"{where} link ({name})", kind="link",
-            time_s=msgs * link.latency_s + nbytes / lbw,
-            detail=f"{format_bytes(nbytes)} at {format_bandwidth(lbw)} + {msgs:.0f} x {link.latency_s * 1e6:.3g} µs",
-        ))
+        out.append(
+            ResourceTime(
+                resource=f"{where} link ({name})",
+                kind="link",
+                time_s=msgs * link.latency_s + nbytes / lbw,
+                detail=f"{format_bytes(nbytes)} at {format_bandwidth(lbw)}"
+                f" + {msgs:.0f} x {link.latency_s * 1e6:.3g} µs",
+            )
+        )
     return out
 
 
@@ -149,8 +161,12 @@ def memory_check(ledger: Ledger, system: System) -> MemoryCheck:
     used = ledger.memory_bytes("hbm")
     usable = system.usable_memory_bytes
     return MemoryCheck(
-        tier="hbm", used_bytes=used, usable_bytes=usable, capacity_bytes=system.device.memory_capacity_bytes,
-        fits=used <= usable, items=[i for i in ledger.memory if i.tier == "hbm"],
+        tier="hbm",
+        used_bytes=used,
+        usable_bytes=usable,
+        capacity_bytes=system.device.memory_capacity_bytes,
+        fits=used <= usable,
+        items=[i for i in ledger.memory if i.tier == "hbm"],
     )
 
 
@@ -169,9 +185,12 @@ def price(ledger: Ledger, system: System) -> Estimate:
         total = ledger.training.total_tokens
         steps = total / tokens if total else None
         training = TrainingMetrics(
-            step_time_s=t, tokens_per_s=tokens / t,
-            mfu=led.flops.model_total / (t * peak * n), hfu=led.flops.hardware / (t * peak),
-            joules_per_step=power * t, joules_per_token=power * t / tokens,
+            step_time_s=t,
+            tokens_per_s=tokens / t,
+            mfu=led.flops.model_total / (t * peak * n),
+            hfu=led.flops.hardware / (t * peak),
+            joules_per_step=power * t,
+            joules_per_token=power * t / tokens,
             usd_per_step=usd_rate * t if usd_rate is not None else None,
             usd_per_million_tokens=usd_rate * t / tokens * 1e6 if usd_rate is not None else None,
             total_time_s=steps * t if steps else None,
@@ -185,12 +204,18 @@ def price(ledger: Ledger, system: System) -> Estimate:
         batch = max(f.batch, 1)
         per_batch_tokens = batch * f.output_tokens * f.pipeline_batches_in_flight * f.replicas
         serving = ServingMetrics(
-            ttft_s=ttft, tpot_s=tpot, request_latency_s=latency,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            request_latency_s=latency,
             output_tokens_per_s=batch * f.pipeline_batches_in_flight * f.replicas / tpot,
             joules_per_output_token=power * latency / per_batch_tokens,
             usd_per_million_output_tokens=usd_rate * latency / per_batch_tokens * 1e6 if usd_rate is not None else None,
         )
     return Estimate(
-        ledger=ledger, device=system.device.name, phases=phases, memory=memory_check(ledger, system),
-        training=training, serving=serving,
+        ledger=ledger,
+        device=system.device.name,
+        phases=phases,
+        memory=memory_check(ledger, system),
+        training=training,
+        serving=serving,
     )

@@ -110,5 +110,10 @@ def forward_flops_training(m: ModelSpec, tokens: float, seq_len: int) -> tuple[f
 
 
 __all__ = [
-    "TokenFlops", "layer_dense_flops", "token_flops", "score_flops_per_query", "causal_score_flops", "forward_flops_training",
+    "TokenFlops",
+    "causal_score_flops",
+    "forward_flops_training",
+    "layer_dense_flops",
+    "score_flops_per_query",
+    "token_flops",
 ]

@@ -62,8 +62,16 @@ class ParamCount:
 
     @property
     def total(self) -> int:
-        return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.routed_experts
-                + self.shared_experts + self.router + self.norms)
+        return (
+            self.embedding
+            + self.lm_head
+            + self.attention
+            + self.dense_mlp
+            + self.routed_experts
+            + self.shared_experts
+            + self.router
+            + self.norms
+        )
 
     @property
     def non_expert(self) -> int:

@@ -78,7 +78,7 @@ def _experts_touched(m: ModelSpec, tokens: float) -> float:
     if not m.moe:
         return 1.0
     k, n = m.moe.experts_per_token, m.moe.num_experts
-    return 1.0 - (1.0 - k / n) ** tokens
+    return 1.0 - float((1.0 - k / n) ** tokens)
 
 
 def _weights_read(m: ModelSpec, plan: Plan, tokens: float) -> float:
@@ -89,87 +89,91 @@ def _weights_read(m: ModelSpec, plan: Plan, tokens: float) -> float:
     return touched * wb / (plan.tp * plan.pp)
 
 
-def _tp_traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Traffic]:
-    if plan.tp == 1:
-        return []
+def _traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Traffic]:
+    """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch)."""
     payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
-    times = 2 * m.num_layers  # every layer of the path, across all pp stages
-    crosses = coll.crosses_nodes(1, plan.tp, system.devices_per_node)
-    link = system.inter_node_link if crosses and system.inter_node_link else system.intra_node_link
-    out = [Traffic(
-        purpose="TP activations (per layer)", collective="all-reduce",
-        channel="inter_node" if crosses else "intra_node", link=link.name, group_size=plan.tp,
-        bytes_per_device=times * coll.bytes_sent("all-reduce", payload, plan.tp),
-        messages=times * coll.steps("all-reduce", plan.tp),
-    )]
-    return out
-
-
-def _pp_traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Traffic]:
-    if plan.pp == 1:
-        return []
-    payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
-    crosses = coll.crosses_nodes(plan.tp, 2, system.devices_per_node)
-    link = system.inter_node_link if crosses and system.inter_node_link else system.intra_node_link
-    # one hop per stage boundary; the batch crosses pp-1 of them, one device sends one
-    return [Traffic(
-        purpose="PP activations", collective="p2p", channel="inter_node" if crosses else "intra_node",
-        link=link.name, group_size=plan.pp, bytes_per_device=(plan.pp - 1) * payload, messages=plan.pp - 1,
-    )]
+    found = [
+        coll.traffic("TP activations (per layer)", "all-reduce", payload, plan.tp, 2 * m.num_layers, 1, system),
+        coll.traffic("PP activations", "p2p", payload, plan.pp, plan.pp - 1, plan.tp, system) if plan.pp > 1 else None,
+    ]
+    return [t for t in found if t is not None]
 
 
 def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> Ledger:
     dp = check_plan(plan, m, system, training=False)
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
-        raise SpecError("workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len "
-                        f"({m.max_seq_len})")
+        raise SpecError(
+            "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
+        )
     fit = max_batch(m, plan, system, job)
     batch = fit if job.batch == "max" else job.batch
     bsz = max(batch, 1)  # price one request even when none fits; the memory check reports it
-    P, O = job.prompt_tokens, job.output_tokens
+    prompt, out = job.prompt_tokens, job.output_tokens
     tf = token_flops(m)
     kvb = kv_bytes_per_token(m, plan.cache_dtype)
     kv_dev_tok = kvb * kv_shard_factor(m, plan.tp) / plan.pp
 
     # prefill
-    pre_total = bsz * (P * tf.dense + causal_score_flops(m, 0, P))
-    chunk = min(bsz * P, plan.prefill_chunk_tokens)
-    passes = -(-bsz * P // chunk)  # each chunk streams the weights again
-    pre_hbm = (passes * _weights_read(m, plan, chunk) + bsz * kv_tokens_held(m, P) * kv_dev_tok) * plan.pp
+    pre_total = bsz * (prompt * tf.dense + causal_score_flops(m, 0, prompt))
+    chunk = min(bsz * prompt, plan.prefill_chunk_tokens)
+    passes = -(-bsz * prompt // chunk)  # each chunk streams the weights again
+    pre_hbm = (passes * _weights_read(m, plan, chunk) + bsz * kv_tokens_held(m, prompt) * kv_dev_tok) * plan.pp
     prefill = PhaseLedger(
-        phase="prefill", tokens=float(bsz * P),
+        phase="prefill",
+        tokens=float(bsz * prompt),
         flops=Flops(forward=pre_total / plan.tp, model_total=pre_total),
-        gemm_rows=float(chunk), hbm_bytes=pre_hbm,
-        traffic=_tp_traffic(m, plan, system, bsz * P) + _pp_traffic(m, plan, system, bsz * P),
+        gemm_rows=float(chunk),
+        hbm_bytes=pre_hbm,
+        traffic=_traffic(m, plan, system, bsz * prompt),
     )
     # decode at the mean context
-    c = P + O // 2
+    c = prompt + out // 2
     dec_total = bsz * (tf.dense + score_flops_per_query(m, c))
     dec_hbm = (_weights_read(m, plan, bsz) + bsz * (kv_tokens_held(m, c) + 1) * kv_dev_tok) * plan.pp
     decode = PhaseLedger(
-        phase="decode_step", tokens=float(bsz),
+        phase="decode_step",
+        tokens=float(bsz),
         flops=Flops(forward=dec_total / plan.tp, model_total=dec_total),
-        gemm_rows=float(bsz), hbm_bytes=dec_hbm,
-        traffic=_tp_traffic(m, plan, system, bsz) + _pp_traffic(m, plan, system, bsz),
+        gemm_rows=float(bsz),
+        hbm_bytes=dec_hbm,
+        traffic=_traffic(m, plan, system, bsz),
     )
     memory = [
         MemoryItem(category="weights", bytes=weight_bytes_per_device(m, plan)),
         MemoryItem(category="kv_cache", bytes=bsz * kv_bytes_per_sequence_per_device(m, plan, ctx)),
-        MemoryItem(category="buffers",
-                   bytes=prefill_workspace_bytes(m, plan, bsz * P) + bsz * logits_bytes_per_sequence(m)),
+        MemoryItem(
+            category="buffers",
+            bytes=prefill_workspace_bytes(m, plan, bsz * prompt) + bsz * logits_bytes_per_sequence(m),
+        ),
     ]
     pc = count(m)
     return Ledger(
-        scenario=name, model=m.name, params_total=pc.total, params_active=pc.active(m),
-        num_devices=system.num_devices, compute_dtype=plan.compute_dtype,
-        parallelism=Parallelism(tp=plan.tp, pp=plan.pp, dp=dp, ep=plan.ep, zero=0, recompute="none",
-                                sequence_parallel=plan.sequence_parallel),
-        phases=[prefill, decode], memory=memory,
+        scenario=name,
+        model=m.name,
+        params_total=pc.total,
+        params_active=pc.active(m),
+        num_devices=system.num_devices,
+        compute_dtype=plan.compute_dtype,
+        parallelism=Parallelism(
+            tp=plan.tp,
+            pp=plan.pp,
+            dp=dp,
+            ep=plan.ep,
+            zero=0,
+            recompute="none",
+            sequence_parallel=plan.sequence_parallel,
+        ),
+        phases=[prefill, decode],
+        memory=memory,
         serving=ServingFacts(
-            prompt_tokens=P, output_tokens=O, batch=batch, max_batch=fit, kv_bytes_per_token=kvb,
-            kv_bytes_per_token_per_device=kv_dev_tok, replicas=dp, pipeline_batches_in_flight=plan.pp,
+            prompt_tokens=prompt,
+            output_tokens=out,
+            batch=batch,
+            max_batch=fit,
+            kv_bytes_per_token=kvb,
+            kv_bytes_per_token_per_device=kv_dev_tok,
+            replicas=dp,
+            pipeline_batches_in_flight=plan.pp,
         ),
     )
-
-

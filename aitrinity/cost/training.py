@@ -35,10 +35,9 @@ from aitrinity.cost.ledger import (
     Parallelism,
     PhaseLedger,
     TrainingFacts,
-    Traffic,
 )
 from aitrinity.cost.memory import ModelStates, layer_activation_bytes, layer_activations, model_states
-from aitrinity.cost.params import norm_params, attention_params, count, mlp_params
+from aitrinity.cost.params import attention_params, count, mlp_params, norm_params
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
@@ -60,7 +59,8 @@ def layout(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Layout
     per_step = dp * plan.micro_batch
     if job.global_batch % per_step:
         raise SpecError(
-            "workload.training.global_batch", job.global_batch,
+            "workload.training.global_batch",
+            job.global_batch,
             f"a multiple of dp x micro_batch = {dp} x {plan.micro_batch} = {per_step}",
         )
     if job.seq_len > m.max_seq_len:
@@ -154,25 +154,6 @@ def _stage_flops(m: ModelSpec, job: TrainingJob, lay: Layout, stage: int) -> tup
     return tokens * per_tok / lay.tp, tokens * score / lay.tp
 
 
-def _link(system: System, crosses: bool) -> tuple[str, str]:
-    if crosses and system.inter_node_link is not None:
-        return "inter_node", system.inter_node_link.name
-    return "intra_node", system.intra_node_link.name
-
-
-def _traffic(
-    purpose: str, kind: coll.Collective, payload: float, n: int, times: float, stride: int, system: System
-) -> Traffic | None:
-    if n <= 1 and kind != "p2p":
-        return None
-    channel, link = _link(system, coll.crosses_nodes(stride, n if kind != "p2p" else 2, system.devices_per_node))
-    return Traffic(
-        purpose=purpose, collective=kind, channel=channel, link=link,  # type: ignore[arg-type]
-        group_size=n, bytes_per_device=times * coll.bytes_sent(kind, payload, n),
-        messages=times * coll.steps(kind, n),
-    )
-
-
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
     lay = layout(m, job, plan, system)
     t, p, d, e, mb = lay.tp, lay.pp, lay.dp, lay.ep, lay.num_microbatches
@@ -213,43 +194,66 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     a_bytes = b * s * m.hidden_size * act
     per_layer = 4 + (2 if plan.recompute == "full" else 0)
     traffic = [
-        _traffic("TP activations (per layer)", "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
-        _traffic("PP activations and gradients", "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
+        coll.traffic("TP activations (per layer)", "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
+        coll.traffic("PP activations and gradients", "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
     ]
     rep_grads = rep * BYTES_PER_DTYPE[plan.grads_dtype]
     exp_grads = expert * BYTES_PER_DTYPE[plan.grads_dtype]
     if plan.zero < 3:
-        traffic.append(_traffic("DP gradient all-reduce", "all-reduce", rep_grads, d, 1, t, system))
-        traffic.append(_traffic("DP expert gradient all-reduce", "all-reduce", exp_grads, d // e, 1, t * e, system))
+        traffic.append(coll.traffic("DP gradient all-reduce", "all-reduce", rep_grads, d, 1, t, system))
+        traffic.append(coll.traffic("DP expert gradient all-reduce", "all-reduce", exp_grads, d // e, 1, t * e, system))
     else:
         w_bytes = BYTES_PER_DTYPE[plan.weights_dtype]
-        traffic.append(_traffic("ZeRO-3 gradient reduce-scatter", "reduce-scatter", rep_grads, d, mb, t, system))
-        traffic.append(_traffic("ZeRO-3 parameter all-gather (fwd+bwd)", "all-gather", rep * w_bytes, d, 2 * mb, t,
-                                system))
-        traffic.append(_traffic("ZeRO-3 expert reduce-scatter", "reduce-scatter", exp_grads, d // e, mb, t * e, system))
-        traffic.append(_traffic("ZeRO-3 expert all-gather (fwd+bwd)", "all-gather", expert * w_bytes, d // e, 2 * mb,
-                                t * e, system))
+        traffic.append(coll.traffic("ZeRO-3 gradient reduce-scatter", "reduce-scatter", rep_grads, d, mb, t, system))
+        traffic.append(
+            coll.traffic("ZeRO-3 parameter all-gather (fwd+bwd)", "all-gather", rep * w_bytes, d, 2 * mb, t, system)
+        )
+        traffic.append(
+            coll.traffic("ZeRO-3 expert reduce-scatter", "reduce-scatter", exp_grads, d // e, mb, t * e, system)
+        )
+        traffic.append(
+            coll.traffic(
+                "ZeRO-3 expert all-gather (fwd+bwd)", "all-gather", expert * w_bytes, d // e, 2 * mb, t * e, system
+            )
+        )
     if m.moe and e > 1 and moe_l:
         k = m.moe.experts_per_token
         a2a = 4 + (2 if plan.recompute == "full" else 0)
-        traffic.append(_traffic("EP token all-to-all", "all-to-all", b * s * k * m.hidden_size * act / t, e,
-                                moe_l * mb * a2a, t, system))
+        traffic.append(
+            coll.traffic(
+                "EP token all-to-all", "all-to-all", b * s * k * m.hidden_size * act / t, e, moe_l * mb * a2a, t, system
+            )
+        )
 
     v = plan.virtual_stages
     phase = PhaseLedger(
-        phase="train_step", tokens=tokens,
+        phase="train_step",
+        tokens=tokens,
         flops=Flops(forward=fwd, backward=2.0 * fwd, recompute=recompute, model_total=model_total),
-        gemm_rows=float(b * s), hbm_bytes=hbm,
+        gemm_rows=float(b * s),
+        hbm_bytes=hbm,
         traffic=[x for x in traffic if x is not None],
         pipeline_bubble_fraction=(p - 1) / (mb * v),
     )
     pc = count(m)
     return Ledger(
-        scenario=name, model=m.name, params_total=pc.total, params_active=pc.active(m),
-        num_devices=system.num_devices, compute_dtype=plan.compute_dtype,
-        parallelism=Parallelism(tp=t, pp=p, dp=d, ep=e, zero=plan.zero, recompute=plan.recompute,
-                                sequence_parallel=plan.sequence_parallel),
-        phases=[phase], memory=memory,
-        training=TrainingFacts(seq_len=s, global_batch=job.global_batch, micro_batch=b, num_microbatches=mb,
-                               tokens_per_step=tokens, total_tokens=job.total_tokens),
+        scenario=name,
+        model=m.name,
+        params_total=pc.total,
+        params_active=pc.active(m),
+        num_devices=system.num_devices,
+        compute_dtype=plan.compute_dtype,
+        parallelism=Parallelism(
+            tp=t, pp=p, dp=d, ep=e, zero=plan.zero, recompute=plan.recompute, sequence_parallel=plan.sequence_parallel
+        ),
+        phases=[phase],
+        memory=memory,
+        training=TrainingFacts(
+            seq_len=s,
+            global_batch=job.global_batch,
+            micro_batch=b,
+            num_microbatches=mb,
+            tokens_per_step=tokens,
+            total_tokens=job.total_tokens,
+        ),
     )

@@ -59,13 +59,14 @@ def _expected(err: Any) -> str:
     if kind.startswith("int") or kind.startswith("float"):
         return "a " + ("whole number" if kind.startswith("int") else "number")
     msg = str(err.get("msg", "a valid value"))
-    return msg.removeprefix("Value error, ")
+    return msg.removeprefix("Value error, ").removeprefix("Input should be ")
 
 
-def validate(cls: type[T], data: Any, where: str = "") -> T:
+def validate(cls: type[T], data: Any, where: str = "", source: str = "") -> T:
     """``cls.model_validate(data)`` with the first error as a one-line SpecError.
 
-    ``where`` prefixes the dotted field path (``"plan"`` -> ``plan.tp``).
+    ``where`` prefixes the dotted field path (``"plan"`` -> ``plan.tp``);
+    ``source`` names the file the data came from.
     """
     try:
         return cls.model_validate(data)
@@ -73,7 +74,6 @@ def validate(cls: type[T], data: Any, where: str = "") -> T:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
         field = ".".join(p for p in (where, loc) if p)
-        value = err.get("input")
-        if err.get("type") == "missing":
-            value = None
-        raise SpecError(field or cls.__name__, value, _expected(err)) from None
+        missing = err.get("type") == "missing"
+        value = None if missing else err.get("input")
+        raise SpecError(field or cls.__name__, value, _expected(err), source=source, missing=missing) from None

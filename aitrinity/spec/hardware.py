@@ -16,7 +16,15 @@ from aitrinity.spec._base import Bandwidth, Bytes, FlopRate, Fraction, Power, Pr
 Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 BYTES_PER_DTYPE: dict[str, float] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5,
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "int4": 0.5,
+    "fp4": 0.5,
 }
 
 
@@ -69,10 +77,10 @@ class DeviceSpec(Spec):
     def peak_flops_for(self, dtype: str) -> float:
         """Dense peak for ``dtype``; bf16 and fp16 stand in for each other."""
         if dtype in self.peak_flops:
-            return self.peak_flops[dtype]  # type: ignore[index]
+            return self.peak_flops[dtype]
         twin = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
         if twin and twin in self.peak_flops:
-            return self.peak_flops[twin]  # type: ignore[index]
+            return self.peak_flops[twin]
         from aitrinity.errors import SpecError
 
         raise SpecError("dtype", dtype, f"a dtype {self.name} supports: {', '.join(self.peak_flops)}")

@@ -79,8 +79,7 @@ class ModelSpec(Spec):
     def _check(self) -> ModelSpec:
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_kv_heads ({self.kv_heads})"
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_kv_heads ({self.kv_heads})"
             )
         if self.head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(

@@ -64,8 +64,7 @@ class System(Spec):
     def _check(self) -> System:
         if self.num_devices > self.devices_per_node and self.inter_node_link is None:
             raise ValueError(
-                f"{self.num_devices} devices span several nodes of {self.devices_per_node}: "
-                "inter_node_link is required"
+                f"{self.num_devices} devices span several nodes of {self.devices_per_node}: inter_node_link is required"
             )
         return self
 
@@ -197,11 +196,12 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
         raise SpecError("plan.pp", plan.pp, f"at most num_layers ({model.num_layers})")
     if model.num_layers % (plan.pp * plan.virtual_stages):
         raise SpecError(
-            "plan.pp", plan.pp,
+            "plan.pp",
+            plan.pp,
             f"pp x virtual_stages dividing num_layers ({model.num_layers}) of {model.name}",
         )
     if n % (plan.tp * plan.pp):
-        raise SpecError("plan.tp", plan.tp, f"tp x pp ({plan.tp * plan.pp}) dividing num_devices ({n})")
+        raise SpecError("system.num_devices", n, f"a multiple of tp x pp = {plan.tp * plan.pp}")
     dp = n // (plan.tp * plan.pp)
     if plan.dp is not None and plan.dp != dp:
         raise SpecError("plan.dp", plan.dp, f"num_devices / (tp x pp) = {dp}")
@@ -214,7 +214,6 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
             raise SpecError("plan.ep", plan.ep, f"a divisor of the data-parallel degree ({dp})")
     if plan.sequence_parallel and plan.tp == 1:
         raise SpecError("plan.sequence_parallel", True, "tp > 1 (sequence parallelism splits TP regions)")
-    if not training:
-        if plan.pp > 1 and plan.virtual_stages > 1:
-            raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving")
+    if not training and plan.virtual_stages > 1:
+        raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving (no interleaved schedule)")
     return dp

@@ -1,0 +1,183 @@
+import json
+
+import pytest
+import yaml
+
+from aitrinity import catalog
+from aitrinity.errors import SpecError, UnknownNameError
+
+
+@pytest.mark.parametrize("kind", catalog.KINDS)
+def test_every_entry_loads_and_has_a_source(kind):
+    names = catalog.names(kind)
+    assert names
+    for name in names:
+        k, spec = catalog.entry(name)
+        assert k == kind
+        assert spec.name == name == name.lower() and " " not in name
+        if kind != "scenarios":
+            assert spec.source.strip()
+
+
+def test_required_catalog_coverage():
+    assert {
+        "a100-40gb-sxm",
+        "a100-80gb-sxm",
+        "h100-sxm",
+        "h100-pcie",
+        "h200",
+        "b200",
+        "mi300x",
+        "l4",
+        "l40s",
+        "rtx-4090",
+        "epyc-9654",
+    } <= set(catalog.names("devices"))
+    assert {
+        "nvlink-3",
+        "nvlink-4",
+        "nvlink-5",
+        "pcie-4-x16",
+        "pcie-5-x16",
+        "infiniband-hdr",
+        "infiniband-ndr",
+        "ethernet-25g",
+        "ethernet-100g",
+        "ethernet-200g",
+        "ethernet-400g",
+    } <= set(catalog.names("links"))
+    assert {"host-dram", "nvme-gen4", "remote-pool"} <= set(catalog.names("tiers"))
+    assert {
+        "gpt-3-175b",
+        "opt-13b",
+        "opt-175b",
+        "llama-2-7b",
+        "llama-2-13b",
+        "llama-2-70b",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "mistral-7b",
+        "mixtral-8x7b",
+        "qwen2.5-7b",
+        "qwen2.5-72b",
+        "deepseek-v3",
+    } <= set(catalog.names("models"))
+
+
+def test_hf_ids_and_aliases_resolve_to_the_same_entry():
+    assert catalog.model("meta-llama/Llama-3.1-70B") is catalog.model("llama-3.1-70b")
+    assert catalog.model("META-LLAMA/llama-3.1-70b") is catalog.model("llama-3.1-70b")
+    assert catalog.device("H100") is catalog.device("h100-sxm")
+    assert catalog.link("ndr").name == "infiniband-ndr"
+
+
+def test_unknown_names_suggest_the_closest():
+    with pytest.raises(UnknownNameError) as e:
+        catalog.model("llama-3.1-70")
+    assert "llama-3.1-70b" in e.value.suggestions
+    with pytest.raises(UnknownNameError) as e:
+        catalog.device("h100-sxn")
+    assert e.value.suggestions[0] == "h100-sxm"
+    assert "\n" not in str(e.value)
+
+
+def test_peak_flops_follow_dense_datasheet_figures():
+    h100 = catalog.device("h100-sxm")
+    assert h100.peak_flops_for("bf16") == pytest.approx(989.4e12)
+    assert h100.memory_bandwidth_Bps == pytest.approx(3.35e12)
+    assert catalog.device("a100-80gb-sxm").peak_flops_for("fp16") == pytest.approx(312e12)
+    with pytest.raises(SpecError):
+        catalog.device("a100-80gb-sxm").peak_flops_for("fp8")  # Ampere has no fp8
+
+
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data) if name.endswith((".yaml", ".yml")) else json.dumps(data))
+    return str(p)
+
+
+def test_user_files_are_validated_and_reject_unknown_keys(tmp_path):
+    good = catalog.device("l4").model_dump(mode="json")
+    good["name"] = "my-l4"
+    assert catalog.device(_write(tmp_path, "mine.yaml", good)).name == "my-l4"
+    bad = dict(good, colour="green")
+    with pytest.raises(SpecError) as e:
+        catalog.device(_write(tmp_path, "bad.yaml", bad))
+    assert e.value.field.endswith("colour")
+    neg = dict(good, memory_capacity_bytes="-3 GB")
+    with pytest.raises(SpecError) as e:
+        catalog.device(_write(tmp_path, "neg.yaml", neg))
+    assert e.value.field.endswith("memory_capacity_bytes")
+
+
+def test_hf_config_json_gives_the_catalog_architecture(tmp_path):
+    cfg = {
+        "_name_or_path": "meta-llama/Llama-3.1-8B",
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": False,
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "torch_dtype": "bfloat16",
+    }
+    from aitrinity.cost.params import count
+
+    m = catalog.model(_write(tmp_path, "config.json", cfg))
+    assert count(m).total == count(catalog.model("llama-3.1-8b")).total
+    with pytest.raises(SpecError) as e:
+        catalog.model(_write(tmp_path, "other.json", {"model_type": "bert"}))
+    assert "model_type" in e.value.field
+
+
+def test_hf_config_for_deepseek_and_opt(tmp_path):
+    from aitrinity.cost.params import count
+
+    ds = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "intermediate_size": 18432,
+        "vocab_size": 129280,
+        "max_position_embeddings": 163840,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "topk_method": "noaux_tc",
+        "tie_word_embeddings": False,
+    }
+    assert count(catalog.model(_write(tmp_path, "ds.json", ds))).total == count(catalog.model("deepseek-v3")).total
+    opt = {
+        "model_type": "opt",
+        "hidden_size": 5120,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "ffn_dim": 20480,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+        "word_embed_proj_dim": 5120,
+    }
+    assert count(catalog.model(_write(tmp_path, "opt.json", opt))).total == count(catalog.model("opt-13b")).total
+
+
+def test_broken_yaml_is_a_one_line_error(tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError) as e:
+        catalog.load_scenario(str(p))
+    assert "line" in str(e.value) and "\n" not in str(e.value)

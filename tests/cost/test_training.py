@@ -1,0 +1,116 @@
+"""Exact-state tests of the training ledger: every byte and FLOP traced to its formula."""
+
+import pytest
+
+from aitrinity import catalog
+from aitrinity.cost.training import training_ledger
+from aitrinity.errors import SpecError
+from aitrinity.spec.scenario import Plan, TrainingJob
+from tests.conftest import make_system
+
+L8B = "llama-3.1-8b"
+
+
+def _ledger(plan: Plan, n: int = 16, job: TrainingJob | None = None, model: str = L8B, per_node: int = 8):
+    job = job or TrainingJob(seq_len=4096, global_batch=64)
+    return training_ledger("t", catalog.model(model), job, plan, make_system(n=n, per_node=per_node))
+
+
+def _traffic(ledger, purpose):
+    [t] = [t for t in ledger.phases[0].traffic if t.purpose.startswith(purpose)]
+    return t
+
+
+def test_dp_ring_all_reduce_bytes_and_link():
+    led = _ledger(Plan())
+    psi = led.params_total
+    t = _traffic(led, "DP gradient all-reduce")
+    assert t.bytes_per_device == pytest.approx(2 * 15 / 16 * psi * 2)  # 2(n-1)/n x bf16 gradients
+    assert t.messages == 2 * 15
+    assert (t.channel, t.link) == ("inter_node", "infiniband-ndr")  # 16 ranks on 2 nodes
+
+
+def test_zero3_moves_one_and_a_half_times_dp_bytes_with_one_micro_batch():
+    """ZeRO paper §7.2: stage 3 communicates 3Ψ vs 2Ψ for DP (one micro-batch per step)."""
+    job = TrainingJob(seq_len=4096, global_batch=16)
+    dp = sum(t.bytes_per_device for t in _ledger(Plan(zero=0), job=job).phases[0].traffic)
+    z3 = sum(t.bytes_per_device for t in _ledger(Plan(zero=3), job=job).phases[0].traffic)
+    assert z3 == pytest.approx(1.5 * dp)
+
+
+def test_tensor_parallel_all_reduces_per_layer():
+    led = _ledger(Plan(tp=8), n=8)
+    m = catalog.model(L8B)
+    mb = led.training.num_microbatches
+    payload = 1 * 4096 * m.hidden_size * 2
+    t = _traffic(led, "TP activations")
+    assert t.bytes_per_device == pytest.approx(m.num_layers * mb * 4 * 2 * 7 / 8 * payload)
+    assert t.channel == "intra_node"
+    full = _traffic(_ledger(Plan(tp=8, recompute="full"), n=8), "TP activations")
+    assert full.bytes_per_device == pytest.approx(1.5 * t.bytes_per_device)  # 6 instead of 4 per layer
+
+
+def test_tensor_parallel_across_nodes_uses_the_inter_node_link():
+    led = _ledger(Plan(tp=8), n=16, per_node=4)
+    assert _traffic(led, "TP activations").channel == "inter_node"
+
+
+def test_pipeline_point_to_point_and_bubble():
+    led = _ledger(Plan(tp=2, pp=4), n=16)
+    m = catalog.model(L8B)
+    mb = led.training.num_microbatches
+    assert mb == 64 // 2
+    t = _traffic(led, "PP activations")
+    assert t.bytes_per_device == pytest.approx(2 * mb * 4096 * m.hidden_size * 2 / 2)
+    assert led.phases[0].pipeline_bubble_fraction == pytest.approx(3 / mb)
+
+
+def test_flops_split_and_recompute():
+    base = _ledger(Plan(flash_attention=False)).phases[0].flops
+    assert base.backward == pytest.approx(2 * base.forward)
+    assert base.recompute == 0
+    full = _ledger(Plan(recompute="full", flash_attention=False)).phases[0].flops
+    assert full.recompute == pytest.approx(full.forward)
+    assert full.model_total == base.model_total  # recomputation is not useful work
+    # 16 balanced devices: model FLOPs per device = hardware FLOPs without recompute
+    assert base.model_total / 16 == pytest.approx(base.hardware)
+
+
+def test_zero_stages_shard_model_states():
+    mem = {z: {i.category: i.bytes for i in _ledger(Plan(zero=z)).memory} for z in range(4)}
+    psi = _ledger(Plan()).params_total
+    assert mem[0]["optimizer"] == pytest.approx(12 * psi)
+    assert mem[1]["optimizer"] == pytest.approx(12 * psi / 16)
+    assert mem[2]["gradients"] == pytest.approx(2 * psi / 16)
+    assert mem[3]["weights"] == pytest.approx(2 * psi / 16)
+    assert mem[0]["activations"] == mem[3]["activations"]
+
+
+def test_moe_expert_parallel_all_to_all():
+    job = TrainingJob(seq_len=4096, global_batch=64)
+    led = _ledger(Plan(ep=8, zero=1), n=16, job=job, model="mixtral-8x7b")
+    t = _traffic(led, "EP token all-to-all")
+    m = catalog.model("mixtral-8x7b")
+    mb = led.training.num_microbatches
+    assert t.bytes_per_device == pytest.approx(32 * mb * 4 * 7 / 8 * 4096 * 2 * m.hidden_size * 2)
+    assert t.channel == "intra_node"
+
+
+@pytest.mark.parametrize(
+    ("plan", "n", "job", "field"),
+    [
+        (Plan(tp=3), 12, None, "plan.tp"),  # 32 heads
+        (Plan(tp=8, pp=2), 24, None, "system.num_devices"),  # 16 does not divide 24 devices
+        (Plan(pp=5), 10, None, "plan.pp"),  # 32 layers
+        (Plan(dp=4), 16, None, "plan.dp"),
+        (Plan(ep=2), 16, None, "plan.ep"),  # dense model
+        (Plan(sequence_parallel=True), 16, None, "plan.sequence_parallel"),
+        (Plan(), 16, TrainingJob(seq_len=4096, global_batch=24), "workload.training.global_batch"),
+        (Plan(), 16, TrainingJob(seq_len=10**6, global_batch=16), "workload.training.seq_len"),
+    ],
+)
+def test_impossible_configs_name_the_field(plan, n, job, field):
+    with pytest.raises(SpecError) as e:
+        _ledger(plan, n=n, job=job)
+    assert e.value.field == field
+    assert "\n" not in str(e.value)
