@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from aitrinity.errors import UnitError
 
@@ -68,24 +69,46 @@ def _finite(x: float, text: object, what: str) -> float:
     return x
 
 
+UnitScale = Callable[[str, str], float | None]
+"""(unit, original text) -> multiplier to SI, or None if the unit is not of this dimension."""
+
+
+def _parse(value: Quantity, what: str, scale: UnitScale, hint: str) -> float:
+    """Shared grammar: a plain number is already SI; else ``<number> <unit>`` with ``scale(unit)``."""
+    v = _number_or_text(value, what)
+    if isinstance(v, float):
+        return _finite(v, value, what)
+    num, unit = _split(v, what)
+    factor = 1.0 if unit == "" else scale(unit, v)
+    if factor is None:
+        raise UnitError(f"cannot read {value!r} as {what}: {hint}")
+    return _finite(num * factor, value, what)
+
+
 _BYTES = re.compile(r"^(?P<p>[kKMGTPE]i?|)(?:B|byte|bytes)$")
+
+
+def _bytes_unit(unit: str, text: str) -> float | None:
+    m = _BYTES.match(unit)
+    return _scale(m.group("p")) if m else None
 
 
 def parse_bytes(value: Quantity) -> float:
     """Bytes from ``"80 GiB"`` (binary), ``"80 GB"`` (decimal) or a plain number."""
-    v = _number_or_text(value, "a size in bytes")
-    if isinstance(v, float):
-        return _finite(v, value, "size")
-    num, unit = _split(v, "a size in bytes")
-    if unit == "":
-        return _finite(num, value, "size")
-    m = _BYTES.match(unit)
-    if not m:
-        raise UnitError(f"cannot read {value!r} as a size: use B, kB, MB, GB, TB or KiB, MiB, GiB, TiB")
-    return _finite(num * _scale(m.group("p")), value, "size")
+    return _parse(value, "a size in bytes", _bytes_unit, "use B, kB, MB, GB, TB or KiB, MiB, GiB, TiB")
 
 
 _RATE = re.compile(r"^(?P<p>[kKmMgGtTpP]i?|)(?P<base>B|b|bit|bits|byte|bytes)(?P<per>/s|ps|/sec)?$")
+
+
+def _rate_unit(unit: str, text: str) -> float | None:
+    m = _RATE.match(unit)
+    if not m:
+        return None
+    bits = m.group("base") in ("b", "bit", "bits")
+    if not bits and not m.group("per"):
+        raise UnitError(f"{text!r} is a size, not a bandwidth: add '/s' (e.g. '{text}/s')")
+    return _scale(m.group("p")) / (8.0 if bits else 1.0)
 
 
 def parse_bandwidth(value: Quantity) -> float:
@@ -94,84 +117,44 @@ def parse_bandwidth(value: Quantity) -> float:
     ``B`` is a byte, ``b``/``bit`` a bit; a plain number is bytes/s. Byte units need
     ``/s`` (``"10 GB"`` is a size); bit units may omit it, as tc does (``100mbit``).
     """
-    v = _number_or_text(value, "a bandwidth")
-    if isinstance(v, float):
-        return _finite(v, value, "bandwidth")
-    num, unit = _split(v, "a bandwidth")
-    if unit == "":
-        return _finite(num, value, "bandwidth")
-    m = _RATE.match(unit)
-    if not m:
-        raise UnitError(f"cannot read {value!r} as a bandwidth: use e.g. '900 GB/s', '400 Gbit/s', '25 Gbps'")
-    scale = _scale(m.group("p"))
-    bits = m.group("base") in ("b", "bit", "bits")
-    if not bits and not m.group("per"):
-        raise UnitError(f"{value!r} is a size, not a bandwidth: add '/s' (e.g. '{value}/s')")
-    return _finite(num * scale / (8.0 if bits else 1.0), value, "bandwidth")
+    return _parse(value, "a bandwidth", _rate_unit, "use e.g. '900 GB/s', '400 Gbit/s', '25 Gbps'")
 
 
 _FLOPS = re.compile(r"^(?P<p>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s|OPS|OP/s|ops|FLOP/S)$")
 
 
+def _flops_unit(unit: str, text: str) -> float | None:
+    m = _FLOPS.match(unit)
+    return _DEC[m.group("p")] if m else None
+
+
 def parse_flops(value: Quantity) -> float:
     """FLOP/s (or integer OP/s) from ``"989 TFLOPS"``, ``"1.5 PFLOP/s"``, ``"624 TOPS"``."""
-    v = _number_or_text(value, "a FLOP rate")
-    if isinstance(v, float):
-        return _finite(v, value, "FLOP rate")
-    num, unit = _split(v, "a FLOP rate")
-    if unit == "":
-        return _finite(num, value, "FLOP rate")
-    m = _FLOPS.match(unit)
-    if not m:
-        raise UnitError(f"cannot read {value!r} as a FLOP rate: use e.g. '989 TFLOPS' or '624 TOPS'")
-    return _finite(num * _DEC[m.group("p")], value, "FLOP rate")
+    return _parse(value, "a FLOP rate", _flops_unit, "use e.g. '989 TFLOPS' or '624 TOPS'")
 
 
 _POWER = re.compile(r"^(?P<p>[kMG]?)W$")
 
 
+def _power_unit(unit: str, text: str) -> float | None:
+    m = _POWER.match(unit)
+    return _DEC[m.group("p")] if m else None
+
+
 def parse_power(value: Quantity) -> float:
     """Watts from ``"700 W"`` or ``"1.2 kW"``."""
-    v = _number_or_text(value, "a power")
-    if isinstance(v, float):
-        return _finite(v, value, "power")
-    num, unit = _split(v, "a power")
-    if unit == "":
-        return _finite(num, value, "power")
-    m = _POWER.match(unit)
-    if not m:
-        raise UnitError(f"cannot read {value!r} as a power: use e.g. '700 W' or '1.2 kW'")
-    return _finite(num * _DEC[m.group("p")], value, "power")
+    return _parse(value, "a power", _power_unit, "use e.g. '700 W' or '1.2 kW'")
 
 
 _TIME = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "sec": 1.0,
-    "min": 60.0,
-    "h": 3600.0,
-    "hr": 3600.0,
-    "hour": 3600.0,
-    "d": 86400.0,
-    "day": 86400.0,
-}
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
+    "min": 60.0, "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0,
+}  # fmt: skip
 
 
 def parse_time(value: Quantity) -> float:
     """Seconds from ``"5 us"``, ``"1.5 ms"``, ``"2 h"`` or a plain number of seconds."""
-    v = _number_or_text(value, "a time")
-    if isinstance(v, float):
-        return _finite(v, value, "time")
-    num, unit = _split(v, "a time")
-    if unit == "":
-        return _finite(num, value, "time")
-    if unit not in _TIME:
-        raise UnitError(f"cannot read {value!r} as a time: use ns, us, ms, s, min, h")
-    return _finite(num * _TIME[unit], value, "time")
+    return _parse(value, "a time", lambda unit, _: _TIME.get(unit), "use ns, us, ms, s, min, h")
 
 
 _PRICE = re.compile(r"^\s*(?P<pre>\$?)\s*" + _NUM + r"\s*(?P<post>\$|USD)?\s*/\s*(?P<per>h|hr|hour)\s*$")

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
-from aitrinity.units import format_bandwidth, format_bytes, format_count, format_flop_rate, format_time
+from aitrinity.units import format_bytes, format_count, format_time
 
 Fact = tuple[float | str, str]
 
@@ -33,30 +33,13 @@ def derived(kind: str, spec: BaseModel) -> dict[str, Fact]:
             out["vs_reference_params"] = (err, f"{err:+.2%} vs published {format_count(spec.reference_params)}")
         return out
     if isinstance(spec, DeviceSpec):
+        # roofline ridge point: arithmetic intensity above which a kernel is compute-bound (Williams et al. 2009)
         return {
-            **{f"peak_{k}": (v, format_flop_rate(v)) for k, v in spec.peak_flops.items()},
-            "memory_capacity": (spec.memory_capacity_bytes, format_bytes(spec.memory_capacity_bytes)),
-            "memory_bandwidth": (spec.memory_bandwidth_Bps, format_bandwidth(spec.memory_bandwidth_Bps)),
-            "ridge_point_bf16_flop_per_byte": (
-                spec.peak_flops_for("bf16") / spec.memory_bandwidth_Bps,
-                f"{spec.peak_flops_for('bf16') / spec.memory_bandwidth_Bps:.0f} FLOP/byte",
-            )
-            if any(k in spec.peak_flops for k in ("bf16", "fp16"))
-            else ("n/a", "n/a"),
+            f"ridge_point_{k}": (v / spec.memory_bandwidth_Bps, f"{v / spec.memory_bandwidth_Bps:.0f} FLOP/byte")
+            for k, v in spec.peak_flops.items()
         }
-    if isinstance(spec, LinkSpec):
-        return {
-            "bandwidth": (spec.bandwidth_Bps, format_bandwidth(spec.bandwidth_Bps) + " per direction"),
-            "latency": (spec.latency_s, format_time(spec.latency_s)),
-            "time_for_1_GiB": (
-                spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency),
-                format_time(spec.latency_s + 2**30 / (spec.bandwidth_Bps * spec.efficiency)),
-            ),
-        }
-    if isinstance(spec, MemoryTierSpec):
-        return {
-            "capacity": (spec.capacity_bytes, format_bytes(spec.capacity_bytes)),
-            "bandwidth": (spec.bandwidth_Bps, format_bandwidth(spec.bandwidth_Bps)),
-            "latency": (spec.latency_s, format_time(spec.latency_s)),
-        }
+    if isinstance(spec, LinkSpec | MemoryTierSpec):
+        eff = spec.efficiency if isinstance(spec, LinkSpec) else 1.0
+        t = spec.latency_s + 2**30 / (spec.bandwidth_Bps * eff)
+        return {"time_for_1_GiB": (t, format_time(t))}
     return {}

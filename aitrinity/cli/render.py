@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from aitrinity.cost.diagnosis import Diagnosis
-from aitrinity.units import format_bytes, format_energy, format_money, format_time
+from aitrinity.units import (
+    format_bandwidth,
+    format_bytes,
+    format_count,
+    format_energy,
+    format_flop_rate,
+    format_money,
+    format_time,
+)
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -90,6 +98,26 @@ def metrics(d: Diagnosis) -> str:
     return ", ".join(parts)
 
 
+def _human(key: str, value: Any) -> str:
+    """A catalog field in human units, by the unit its name carries (DESIGN.md conventions)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key.endswith("_bytes"):
+            return format_bytes(value)
+        if key.endswith("_Bps"):
+            return format_bandwidth(value)
+        if key.endswith("_s"):
+            return format_time(value)
+        if key.endswith("_W"):
+            return f"{value:g} W"
+        if key.endswith("_usd"):
+            return f"{format_money(value)}/h"
+        if key == "reference_params":
+            return format_count(value)
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
 def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> str:
     lines = [f"{data.get('name', '?')} ({kind[:-1]})"]
     for k, v in data.items():
@@ -97,9 +125,14 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
             continue
         if isinstance(v, dict):
             lines.append(f"  {k}:")
-            lines += [f"    {kk}: {vv}" for kk, vv in v.items() if vv is not None]
+            flops = k == "peak_flops"
+            lines += [
+                f"    {kk}: {format_flop_rate(vv) if flops else _human(kk, vv)}"
+                for kk, vv in v.items()
+                if vv is not None
+            ]
         else:
-            lines.append(f"  {k}: {v}")
+            lines.append(f"  {k}: {_human(k, v)}")
     if derived:
         lines.append("  derived:")
         lines += [f"    {k}: {v}" for k, v in derived.items()]

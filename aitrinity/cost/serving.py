@@ -41,8 +41,7 @@ def weight_bytes_per_device(m: ModelSpec, plan: Plan) -> float:
 
 
 def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> float:
-    per_token = kv_bytes_per_token(m, plan.cache_dtype) * kv_shard_factor(m, plan.tp) / plan.pp
-    return kv_tokens_held(m, context) * per_token
+    return kv_tokens_held(m, context) * _kv_per_token_per_device(m, plan)
 
 
 def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
@@ -99,6 +98,40 @@ def _traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Tr
     return [t for t in found if t is not None]
 
 
+def _kv_per_token_per_device(m: ModelSpec, plan: Plan) -> float:
+    return kv_bytes_per_token(m, plan.cache_dtype) * kv_shard_factor(m, plan.tp) / plan.pp
+
+
+def prefill_phase(m: ModelSpec, plan: Plan, system: System, batch: int, prompt: int) -> PhaseLedger:
+    """Prefill of ``batch`` prompts of ``prompt`` tokens, along one batch's path (see module doc)."""
+    total = batch * (prompt * token_flops(m).dense + causal_score_flops(m, 0, prompt))
+    chunk = min(batch * prompt, plan.prefill_chunk_tokens)
+    passes = -(-batch * prompt // chunk)  # each chunk streams the weights again
+    kv_written = batch * kv_tokens_held(m, prompt) * _kv_per_token_per_device(m, plan)
+    return PhaseLedger(
+        phase="prefill",
+        tokens=float(batch * prompt),
+        flops=Flops(forward=total / plan.tp, model_total=total),
+        gemm_rows=float(chunk),
+        hbm_bytes=(passes * _weights_read(m, plan, chunk) + kv_written) * plan.pp,
+        traffic=_traffic(m, plan, system, batch * prompt),
+    )
+
+
+def decode_phase(m: ModelSpec, plan: Plan, system: System, batch: int, context: int) -> PhaseLedger:
+    """One decode step of ``batch`` sequences whose context is ``context`` tokens."""
+    total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
+    kv = batch * (kv_tokens_held(m, context) + 1) * _kv_per_token_per_device(m, plan)  # read all, write one
+    return PhaseLedger(
+        phase="decode_step",
+        tokens=float(batch),
+        flops=Flops(forward=total / plan.tp, model_total=total),
+        gemm_rows=float(batch),
+        hbm_bytes=(_weights_read(m, plan, batch) + kv) * plan.pp,
+        traffic=_traffic(m, plan, system, batch),
+    )
+
+
 def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> Ledger:
     dp = check_plan(plan, m, system, training=False)
     ctx = job.prompt_tokens + job.output_tokens
@@ -110,35 +143,11 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
     batch = fit if job.batch == "max" else job.batch
     bsz = max(batch, 1)  # price one request even when none fits; the memory check reports it
     prompt, out = job.prompt_tokens, job.output_tokens
-    tf = token_flops(m)
     kvb = kv_bytes_per_token(m, plan.cache_dtype)
-    kv_dev_tok = kvb * kv_shard_factor(m, plan.tp) / plan.pp
 
     # prefill
-    pre_total = bsz * (prompt * tf.dense + causal_score_flops(m, 0, prompt))
-    chunk = min(bsz * prompt, plan.prefill_chunk_tokens)
-    passes = -(-bsz * prompt // chunk)  # each chunk streams the weights again
-    pre_hbm = (passes * _weights_read(m, plan, chunk) + bsz * kv_tokens_held(m, prompt) * kv_dev_tok) * plan.pp
-    prefill = PhaseLedger(
-        phase="prefill",
-        tokens=float(bsz * prompt),
-        flops=Flops(forward=pre_total / plan.tp, model_total=pre_total),
-        gemm_rows=float(chunk),
-        hbm_bytes=pre_hbm,
-        traffic=_traffic(m, plan, system, bsz * prompt),
-    )
-    # decode at the mean context
-    c = prompt + out // 2
-    dec_total = bsz * (tf.dense + score_flops_per_query(m, c))
-    dec_hbm = (_weights_read(m, plan, bsz) + bsz * (kv_tokens_held(m, c) + 1) * kv_dev_tok) * plan.pp
-    decode = PhaseLedger(
-        phase="decode_step",
-        tokens=float(bsz),
-        flops=Flops(forward=dec_total / plan.tp, model_total=dec_total),
-        gemm_rows=float(bsz),
-        hbm_bytes=dec_hbm,
-        traffic=_traffic(m, plan, system, bsz),
-    )
+    prefill = prefill_phase(m, plan, system, bsz, prompt)
+    decode = decode_phase(m, plan, system, bsz, prompt + out // 2)  # at the mean context
     memory = [
         MemoryItem(category="weights", bytes=weight_bytes_per_device(m, plan)),
         MemoryItem(category="kv_cache", bytes=bsz * kv_bytes_per_sequence_per_device(m, plan, ctx)),
@@ -172,7 +181,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             batch=batch,
             max_batch=fit,
             kv_bytes_per_token=kvb,
-            kv_bytes_per_token_per_device=kv_dev_tok,
+            kv_bytes_per_token_per_device=_kv_per_token_per_device(m, plan),
             replicas=dp,
             pipeline_batches_in_flight=plan.pp,
         ),
