@@ -37,7 +37,8 @@ class PhaseDiagnosis(Result):
     uses: list[ResourceUse]
     bubble_fraction: float
     time_if_free_s: float
-    speedup_if_free: float
+    speedup_if_free: float | None
+    """None when nothing else takes time (unbounded)."""
     sentence: str
 
 
@@ -78,14 +79,14 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
         )
         for r in res
     ]
-    speedup = ph.time_s / free if free > 0 else float("inf")
+    speedup = ph.time_s / free if free > 0 else None
     share = top.time_s / ph.time_s if ph.time_s else 0.0
     name = PHASE_NAMES.get(ph.phase, ph.phase)
     runner = max(others) if others else 0.0
     runner_name = next((r.resource for r in res if r is not top and r.time_s == runner), None)
     tail = f"; next is {runner_name} at {runner / ph.time_s:.0%}" if runner_name and ph.time_s else ""
     bubble = f", pipeline bubble {ph.bubble_s / ph.time_s:.0%}" if ph.bubble_s > 0 and ph.time_s else ""
-    gain = "unbounded" if speedup == float("inf") else f"{speedup:.2f}x"
+    gain = _x(speedup)
     sentence = (
         f"The {name} takes {format_time(ph.time_s)}, bound by {top.resource} "
         f"({share:.0%} of the time{bubble}){tail}; if it were free the {name} would be {gain} faster."
@@ -180,9 +181,13 @@ def _serving_verdict(est: Estimate, phases: list[PhaseDiagnosis]) -> str:
         kv_note = f" The KV cache ({format_bytes(kv)} per device) is {kv / w:.1f}x the weights ({format_bytes(w)})."
     return (
         f"Prefill is bound by {pre.binding} ({pre.binding_share:.0%}), decode by {dec.binding} "
-        f"({dec.binding_share:.0%}); freeing them would make each {pre.speedup_if_free:.2f}x and "
-        f"{dec.speedup_if_free:.2f}x faster.{kv_note} {_metrics(est)}"
+        f"({dec.binding_share:.0%}); freeing them would make each {_x(pre.speedup_if_free)} and "
+        f"{_x(dec.speedup_if_free)} faster.{kv_note} {_metrics(est)}"
     )
+
+
+def _x(speedup: float | None) -> str:
+    return "unboundedly" if speedup is None else f"{speedup:.2f}x"
 
 
 def _metrics(est: Estimate) -> str:

@@ -83,3 +83,21 @@ def test_builtin_examples_tell_their_stories():
     assert items["kv_cache"] > items["weights"]
     assert serve.phases[1].binding_kind == "memory_bandwidth"
     assert "KV cache" in serve.verdict
+
+
+def test_unbounded_headroom_is_null_not_infinity():
+    import json
+
+    from aitrinity.cost.diagnosis import diagnose_phase
+    from aitrinity.cost.estimate import PhaseEstimate, ResourceTime
+
+    ph = PhaseEstimate(
+        phase="decode_step",
+        time_s=1.0,
+        bubble_s=0.0,
+        overlap="max",
+        resources=[ResourceTime(resource="compute", kind="compute", time_s=1.0, detail="")],
+    )
+    d = diagnose_phase(ph, 0.5)
+    assert d.speedup_if_free is None and "unboundedly" in d.sentence
+    json.dumps(d.model_dump(mode="json"), allow_nan=False)
