@@ -72,7 +72,12 @@ def diagnose(scenario: Scenario | str | Path) -> Diagnosis:
             need = capacity.min_devices_training(r.model, w.training, plan, r.system)
         elif w.serving is not None:
             need = capacity.min_devices_serving(r.model, w.serving, plan, r.system)
-    return run(est, r.system.overlap_fraction, need)
+    d = run(est, r.system.overlap_fraction, need)
+    if r.scenario.plan.exchanges:
+        from aitrinity.plan.breakeven import exchange_reports
+
+        d = d.model_copy(update={"exchanges": exchange_reports(r.scenario, r.model, r.system)})
+    return d
 
 
 def builtin_scenarios() -> list[str]:

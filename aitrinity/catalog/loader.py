@@ -168,9 +168,11 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
     dev = _field("system.device", lambda: device(s.device, base))
     intra = _field("system.intra_node_link", lambda: link(s.intra_node_link or dev.typical_intra_node_link, base))
     inter = _field("system.inter_node_link", lambda: link(s.inter_node_link or dev.typical_inter_node_link, base))
-    host_ref, storage_ref = s.host_memory, s.storage
-    host = _field("system.host_memory", lambda: tier(host_ref, base)) if host_ref else None
-    storage = _field("system.storage", lambda: tier(storage_ref, base)) if storage_ref else None
+    host_link = _field("system.host_link", lambda: link(s.host_link or dev.typical_host_link, base))
+    tiers: dict[str, MemoryTierSpec | None] = {}
+    for field in ("host_memory", "storage", "remote_pool"):
+        ref = getattr(s, field)
+        tiers[field] = _field(f"system.{field}", functools.partial(tier, ref, base)) if ref else None
     return validate(
         System,
         {
@@ -179,8 +181,8 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
             "devices_per_node": s.devices_per_node,
             "intra_node_link": intra,
             "inter_node_link": inter,
-            "host_memory": host,
-            "storage": storage,
+            "host_link": host_link,
+            **tiers,
             "overlap": s.overlap,
             "overlap_fraction": s.overlap_fraction,
             "usable_memory_fraction": s.usable_memory_fraction,

@@ -60,6 +60,12 @@ def diagnosis(d: Diagnosis) -> str:
         + (f" (needs {cap.min_devices} devices)" if cap.min_devices else "")
     )
     lines += _table([[i.category, format_bytes(i.bytes), "", ""] for i in est.memory.items])
+    for t in est.lower_tiers:
+        lines.append(
+            f"{t.tier} memory per device: {format_bytes(t.used_bytes)} of {format_bytes(t.usable_bytes)}"
+            f" -> {'fits' if t.fits else 'DOES NOT FIT'}"
+        )
+        lines += _table([[i.category, format_bytes(i.bytes), "", ""] for i in t.items])
     lines.append("metrics: " + metrics(d))
     return "\n".join(lines)
 

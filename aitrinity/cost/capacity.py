@@ -1,10 +1,10 @@
 """How many devices a workload needs before it fits in device memory.
 
-Training: the plan's tp, pp, ep and ZeRO stage are kept and the data-parallel
-degree grows (ZeRO shards states over it; fewer micro-batches per replica mean
-fewer in flight). Peak memory never grows with dp, so a doubling search
-followed by bisection finds the smallest dp. Global-batch divisibility is not
-required here: the answer is a capacity bound, not a runnable plan.
+Training: the plan's tp, pp, ep, ZeRO stage and exchanges are kept and the
+data-parallel degree grows (ZeRO shards states over it; fewer micro-batches per
+replica mean fewer in flight). Peak memory never grows with dp, so a doubling
+search followed by bisection finds the smallest dp. The global batch is rounded
+to a multiple of the new dp: the answer is a capacity bound, not a runnable plan.
 
 Serving: the smallest replica ``tp x pp`` (tp a valid divisor of the heads, pp
 of the layers) that holds the weights and the batch's KV cache.
@@ -13,7 +13,7 @@ of the layers) that holds the weights and the batch's KV cache.
 from __future__ import annotations
 
 from aitrinity.cost.serving import max_batch
-from aitrinity.cost.training import Layout, peak_memory
+from aitrinity.cost.training import training_ledger
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, TrainingJob
 
@@ -23,11 +23,16 @@ MAX_DP = 1 << 20
 def min_devices_training(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> int | None:
     usable = system.usable_memory_bytes
     step = plan.ep
+    per_replica = plan.tp * plan.pp
 
     def fits(dp: int) -> bool:
-        mb = max(1, job.global_batch // (dp * plan.micro_batch))
-        lay = Layout(plan.tp, plan.pp, dp, plan.ep, plan.micro_batch, mb)
-        return peak_memory(m, job, plan, lay)[0] <= usable
+        # the whole ledger (exchanges included), with a global batch rounded to the new dp
+        sized = system.model_copy(update={"num_devices": per_replica * dp})
+        batch = dp * plan.micro_batch * max(1, job.global_batch // (dp * plan.micro_batch))
+        led = training_ledger(
+            "capacity", m, job.model_copy(update={"global_batch": batch}), plan.model_copy(update={"dp": None}), sized
+        )
+        return led.memory_bytes("hbm") <= usable
 
     hi = step
     while not fits(hi):
@@ -43,7 +48,7 @@ def min_devices_training(m: ModelSpec, job: TrainingJob, plan: Plan, system: Sys
             hi = mid
         else:
             lo = mid
-    return plan.tp * plan.pp * hi
+    return per_replica * hi
 
 
 def _divisors(n: int) -> list[int]:

@@ -54,6 +54,27 @@ class CapacityDiagnosis(Result):
     sentence: str
 
 
+class ExchangeReport(Result):
+    """One exchange of the plan: its pathway, what it buys, and its break-even rule evaluated here."""
+
+    kind: str
+    title: str
+    pathway: str
+    spends: str
+    relieves: str
+    time_per_unit_with_s: float
+    """Seconds per training token, or per output token of a serving batch, with the exchange."""
+    time_per_unit_without_s: float
+    device_bytes_relieved: float
+    fits_without: bool
+    resource: str | None
+    """The resource whose bandwidth decides it."""
+    threshold_Bps: float | None
+    current_Bps: float | None
+    pays_off: bool
+    sentence: str
+
+
 class Diagnosis(Result):
     scenario: str
     kind: str
@@ -66,6 +87,7 @@ class Diagnosis(Result):
     phases: list[PhaseDiagnosis]
     capacity: CapacityDiagnosis
     estimate: Estimate
+    exchanges: list[ExchangeReport] = []
 
 
 def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis:
@@ -116,6 +138,22 @@ _CATEGORY = {
 
 
 def diagnose_capacity(est: Estimate, min_devices: int | None) -> CapacityDiagnosis:
+    """Device memory first; when it fits, the first lower tier that does not (offloaded bytes)."""
+    over = [t for t in est.lower_tiers if not t.fits]
+    if est.memory.fits and over:
+        t = over[0]
+        largest = max(t.items, key=lambda i: i.bytes)
+        return CapacityDiagnosis(
+            tier=t.tier,
+            used_bytes=t.used_bytes,
+            usable_bytes=t.usable_bytes,
+            fits=False,
+            largest_category=largest.category,
+            largest_bytes=largest.bytes,
+            min_devices=None,
+            sentence=f"Does not fit: the plan offloads {format_bytes(t.used_bytes)} per device to {t.tier} memory, "
+            f"whose share per device is {format_bytes(t.usable_bytes)}.",
+        )
     mem = est.memory
     largest = max(mem.items, key=lambda i: i.bytes)
     used, usable = format_bytes(mem.used_bytes), format_bytes(mem.usable_bytes)

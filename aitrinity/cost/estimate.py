@@ -81,6 +81,9 @@ class Estimate(Result):
     device: str
     phases: list[PhaseEstimate]
     memory: MemoryCheck
+    """Device memory (HBM)."""
+    lower_tiers: list[MemoryCheck] = []
+    """Host DRAM, SSD, remote pool: the share of each one device may use, where the plan puts bytes there."""
     training: TrainingMetrics | None = None
     serving: ServingMetrics | None = None
 
@@ -101,6 +104,16 @@ def combine(times: list[float], overlap: str, fraction: float) -> float:
     if overlap == "sum":
         return total
     return hi + (1.0 - fraction) * (total - hi)
+
+
+_CHANNEL_LABELS = {
+    "intra_node": "intra-node link",
+    "inter_node": "inter-node link",
+    "host": "host link",
+    "host_dram": "host memory",
+    "storage": "storage path",
+    "remote": "remote-pool path",
+}
 
 
 def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[ResourceTime]:
@@ -125,25 +138,21 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
             detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(bw)}",
         )
     )
-    links = {system.intra_node_link.name: system.intra_node_link}
-    if system.inter_node_link:
-        links[system.inter_node_link.name] = system.inter_node_link
-    per_link: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    per_channel: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for t in ph.traffic:
-        acc = per_link[(t.channel, t.link)]
+        acc = per_channel[t.channel]
         acc[0] += t.bytes_per_device
         acc[1] += t.messages
-    for (channel, name), (nbytes, msgs) in per_link.items():
-        link = links[name]
-        lbw = link.bandwidth_Bps * link.efficiency
-        where = "intra-node" if channel == "intra_node" else "inter-node"
+    for channel, (nbytes, msgs) in per_channel.items():
+        ch = system.channel(channel)
+        where = _CHANNEL_LABELS[channel]
         out.append(
             ResourceTime(
-                resource=f"{where} link ({name})",
+                resource=f"{where} ({ch.label})",
                 kind="link",
-                time_s=msgs * link.latency_s + nbytes / lbw,
-                detail=f"{format_bytes(nbytes)} at {format_bandwidth(lbw)}"
-                f" + {msgs:.0f} x {link.latency_s * 1e6:.3g} µs",
+                time_s=msgs * ch.latency_s + nbytes / ch.bandwidth_Bps,
+                detail=f"{format_bytes(nbytes)} at {format_bandwidth(ch.bandwidth_Bps)}"
+                f" + {msgs:.0f} x {ch.latency_s * 1e6:.3g} µs",
             )
         )
     return out
@@ -168,6 +177,20 @@ def memory_check(ledger: Ledger, system: System) -> MemoryCheck:
         fits=used <= usable,
         items=[i for i in ledger.memory if i.tier == "hbm"],
     )
+
+
+def lower_tier_checks(ledger: Ledger, system: System) -> list[MemoryCheck]:
+    out = []
+    for tier in ("host", "ssd", "remote"):
+        items = [i for i in ledger.memory if i.tier == tier]
+        if not items:
+            continue
+        used = sum(i.bytes for i in items)
+        cap = system.tier_capacity_per_device(tier) or 0.0
+        out.append(
+            MemoryCheck(tier=tier, used_bytes=used, usable_bytes=cap, capacity_bytes=cap, fits=used <= cap, items=items)
+        )
+    return out
 
 
 def price(ledger: Ledger, system: System) -> Estimate:
@@ -216,6 +239,7 @@ def price(ledger: Ledger, system: System) -> Estimate:
         device=system.device.name,
         phases=phases,
         memory=memory_check(ledger, system),
+        lower_tiers=lower_tier_checks(ledger, system),
         training=training,
         serving=serving,
     )

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 Phase = Literal["train_step", "prefill", "decode_step"]
 Category = Literal["weights", "gradients", "optimizer", "activations", "kv_cache", "buffers"]
-Channel = Literal["intra_node", "inter_node"]
+Channel = Literal["intra_node", "inter_node", "host", "host_dram", "storage", "remote"]
 
 
 class Result(BaseModel):
@@ -52,11 +52,13 @@ class Flops(Result):
     forward: float
     backward: float = 0.0
     recompute: float = 0.0
+    exchange: float = 0.0
+    """Work an exchange spends (PowerSGD's products, on-the-fly dequantization)."""
     model_total: float
 
     @property
     def hardware(self) -> float:
-        return self.forward + self.backward + self.recompute
+        return self.forward + self.backward + self.recompute + self.exchange
 
 
 class PhaseLedger(Result):

@@ -103,3 +103,25 @@ def count(m: ModelSpec) -> ParamCount:
         router=router,
         norms=(2 * L + 1) * norm_params(m, h),
     )
+
+
+def weight_matrices(m: ModelSpec) -> list[tuple[int, int, int]]:
+    """2-D weight matrices as (rows, cols, how many): what low-rank compressors (PowerSGD) see."""
+    h, a, g, d, dv = m.hidden_size, m.num_attention_heads, m.kv_heads, m.dim_head, m.v_head_dim
+    L = m.num_layers
+    out: list[tuple[int, int, int]] = [(m.vocab_size, h, 1 if m.tie_embeddings else 2)]
+    if m.mla:
+        c = m.mla
+        q = [(h, c.q_lora_rank, L), (c.q_lora_rank, a * d, L)] if c.q_lora_rank else [(h, a * d, L)]
+        out += [*q, (h, c.kv_lora_rank + c.qk_rope_head_dim, L), (c.kv_lora_rank, a * (c.qk_nope_head_dim + dv), L)]
+    else:
+        out += [(h, a * d, L), (h, g * d, 2 * L)]
+    out.append((a * dv, h, L))
+    per_mlp = 3 if m.mlp == "gated" else 2
+    if m.num_dense_layers:
+        out.append((h, m.intermediate_size, per_mlp * m.num_dense_layers))
+    if m.moe:
+        e = m.moe
+        out.append((h, e.expert_intermediate_size, per_mlp * m.num_moe_layers * (e.num_experts + e.num_shared_experts)))
+        out.append((h, e.num_experts, m.num_moe_layers))
+    return out

@@ -27,18 +27,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aitrinity.cost import collectives as coll
+from aitrinity.cost.effects import GradSync, find, grad_sync
 from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import (
+    Channel,
     Flops,
     Ledger,
     MemoryItem,
     Parallelism,
     PhaseLedger,
+    Traffic,
     TrainingFacts,
 )
 from aitrinity.cost.memory import ModelStates, layer_activation_bytes, layer_activations, model_states
 from aitrinity.cost.params import attention_params, count, mlp_params, norm_params
 from aitrinity.errors import SpecError
+from aitrinity.spec.exchanges import ActivationOffload
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan
@@ -154,6 +158,62 @@ def _stage_flops(m: ModelSpec, job: TrainingJob, lay: Layout, stage: int) -> tup
     return tokens * per_tok / lay.tp, tokens * score / lay.tp
 
 
+def _grad_traffic(
+    sync: GradSync, rep: float, expert: float, plan: Plan, lay: Layout, system: System
+) -> list[Traffic | None]:
+    """Data-parallel gradient (and ZeRO-3 parameter) traffic under the plan's compression and local SGD."""
+    d, t, e, mb = lay.dp, lay.tp, lay.ep, lay.num_microbatches
+    groups = [("", rep, d, t), (" (experts)", expert, d // e, t * e)]
+    out: list[Traffic | None] = []
+    for tag, params, n, stride in groups:
+        if params == 0:
+            continue
+        payload = params * sync.bytes_per_element
+        if plan.zero < 3:
+            kind: coll.Collective = "all-reduce" if sync.collective == "all-reduce" else "all-gather"
+            total = payload if kind == "all-reduce" else payload * n  # a gather collects every rank's message
+            label = f"DP gradient {kind}{tag}" + (f", {sync.method}" if sync.method != "none" else "")
+            out.append(coll.traffic(label, kind, total, n, 1.0 / sync.period, stride, system))
+        else:
+            w_bytes = params * BYTES_PER_DTYPE[plan.weights_dtype]
+            out.append(
+                coll.traffic(f"ZeRO-3 gradient reduce-scatter{tag}", "reduce-scatter", payload, n, mb, stride, system)
+            )
+            out.append(
+                coll.traffic(
+                    f"ZeRO-3 parameter all-gather (fwd+bwd){tag}", "all-gather", w_bytes, n, 2 * mb, stride, system
+                )
+            )
+    return out
+
+
+def _host(purpose: str, nbytes: float, messages: float, channel: Channel = "host") -> Traffic:
+    return Traffic(
+        purpose=purpose,
+        collective="p2p",
+        channel=channel,
+        link=channel,
+        group_size=1,
+        bytes_per_device=nbytes,
+        messages=messages,
+    )
+
+
+def _offloads(plan: Plan, memory: list[MemoryItem], params: float, sync: GradSync) -> list[MemoryItem]:
+    """Move offloaded categories to host memory (in place) and return the items to add."""
+    extra: list[MemoryItem] = []
+    if sync.error_feedback_bytes_per_param:
+        extra.append(MemoryItem(category="buffers", bytes=params * sync.error_feedback_bytes_per_param))
+    act_off = find(plan, "activation-offload")
+    for i, item in enumerate(memory):
+        if item.category == "optimizer" and find(plan, "optimizer-offload") is not None:
+            memory[i] = item.model_copy(update={"tier": "host"})
+        if item.category == "activations" and isinstance(act_off, ActivationOffload):
+            memory[i] = item.model_copy(update={"bytes": item.bytes * (1 - act_off.fraction)})
+            extra.append(MemoryItem(tier="host", category="activations", bytes=item.bytes * act_off.fraction))
+    return extra
+
+
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
     lay = layout(m, job, plan, system)
     t, p, d, e, mb = lay.tp, lay.pp, lay.dp, lay.ep, lay.num_microbatches
@@ -186,7 +246,9 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     g_dev = (rep + expert) * BYTES_PER_DTYPE[plan.grads_dtype]
     per_mb_acts = _activations(m, job, plan, lay, peak_stage) / max(min(p - peak_stage, mb), 1)
     hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
-    hbm += 2.0 * states.optimizer + g_dev + w_dev  # optimizer step: read+write states, read grads, write weights
+    offload_opt = find(plan, "optimizer-offload") is not None
+    if not offload_opt:
+        hbm += 2.0 * states.optimizer + g_dev + w_dev  # optimizer step: read+write states, read grads, write weights
 
     # --- communication
     dense_l, moe_l = stage_layers(m, p, peak_stage)
@@ -197,25 +259,8 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         coll.traffic("TP activations (per layer)", "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
         coll.traffic("PP activations and gradients", "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
     ]
-    rep_grads = rep * BYTES_PER_DTYPE[plan.grads_dtype]
-    exp_grads = expert * BYTES_PER_DTYPE[plan.grads_dtype]
-    if plan.zero < 3:
-        traffic.append(coll.traffic("DP gradient all-reduce", "all-reduce", rep_grads, d, 1, t, system))
-        traffic.append(coll.traffic("DP expert gradient all-reduce", "all-reduce", exp_grads, d // e, 1, t * e, system))
-    else:
-        w_bytes = BYTES_PER_DTYPE[plan.weights_dtype]
-        traffic.append(coll.traffic("ZeRO-3 gradient reduce-scatter", "reduce-scatter", rep_grads, d, mb, t, system))
-        traffic.append(
-            coll.traffic("ZeRO-3 parameter all-gather (fwd+bwd)", "all-gather", rep * w_bytes, d, 2 * mb, t, system)
-        )
-        traffic.append(
-            coll.traffic("ZeRO-3 expert reduce-scatter", "reduce-scatter", exp_grads, d // e, mb, t * e, system)
-        )
-        traffic.append(
-            coll.traffic(
-                "ZeRO-3 expert all-gather (fwd+bwd)", "all-gather", expert * w_bytes, d // e, 2 * mb, t * e, system
-            )
-        )
+    sync = grad_sync(m, plan)
+    traffic += _grad_traffic(sync, rep, expert, plan, lay, system)
     if m.moe and e > 1 and moe_l:
         k = m.moe.experts_per_token
         a2a = 4 + (2 if plan.recompute == "full" else 0)
@@ -225,11 +270,25 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
             )
         )
 
+    # --- exchanges: gradient compression / local SGD work, offloads to host memory
+    sync = grad_sync(m, plan)
+    hbm += (rep + expert) * sync.hbm_bytes_per_element / sync.period
+    overhead = (rep + expert) * sync.flops_per_param / sync.period
+    memory += _offloads(plan, memory, rep + expert, sync)
+    act_off = find(plan, "activation-offload")
+    if offload_opt:  # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back,
+        # and the CPU's Adam step streams the states through host DRAM (overlapped by the one-step delay, §4.2)
+        traffic.append(_host("optimizer offload: gradients down, weights up", g_dev + w_dev, 2.0))
+        cpu = 2.0 * states.optimizer + g_dev + w_dev
+        traffic.append(_host("optimizer offload: CPU update", cpu, 1.0, channel="host_dram"))
+    if isinstance(act_off, ActivationOffload):  # saved activations out in forward, back in backward
+        traffic.append(_host("activation offload", 2.0 * act_off.fraction * per_mb_acts * mb, 2.0 * mb * layers))
+
     v = plan.virtual_stages
     phase = PhaseLedger(
         phase="train_step",
         tokens=tokens,
-        flops=Flops(forward=fwd, backward=2.0 * fwd, recompute=recompute, model_total=model_total),
+        flops=Flops(forward=fwd, backward=2.0 * fwd, recompute=recompute, exchange=overhead, model_total=model_total),
         gemm_rows=float(b * s),
         hbm_bytes=hbm,
         traffic=[x for x in traffic if x is not None],

@@ -54,6 +54,8 @@ def _expected(err: Any) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
         return f"a number {op} {ctx.get(next(iter(ctx), ''), '')}"
+    if kind == "union_tag_invalid":
+        return f"a known kind: {ctx.get('expected_tags', '')}"
     if kind == "literal_error":
         return f"one of {ctx.get('expected', '')}"
     if kind.startswith("int") or kind.startswith("float"):

@@ -65,6 +65,7 @@ class DeviceSpec(Spec):
     efficiency: Efficiency = Efficiency()
     typical_intra_node_link: str = "pcie-5-x16"
     typical_inter_node_link: str = "ethernet-100g"
+    typical_host_link: str = "pcie-5-x16"
 
     @model_validator(mode="after")
     def _check(self) -> DeviceSpec:

@@ -14,7 +14,8 @@ from pydantic import Field, model_validator
 
 from aitrinity.errors import SpecError
 from aitrinity.spec._base import Fraction, Power, PricePerHour, Spec
-from aitrinity.spec.hardware import DeviceSpec, Dtype, Efficiency, LinkSpec, MemoryTierSpec
+from aitrinity.spec.exchanges import SERVING_ONLY, TRAINING_ONLY, ExchangeSpec
+from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec, Dtype, Efficiency, LinkSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
 
 Overlap = Literal["max", "sum", "partial"]
@@ -28,8 +29,10 @@ class SystemInput(Spec):
     devices_per_node: int = Field(default=8, gt=0)
     intra_node_link: str | None = None
     inter_node_link: str | None = None
+    host_link: str | None = None
     host_memory: str | None = None
     storage: str | None = None
+    remote_pool: str | None = None
     overlap: Overlap = "max"
     overlap_fraction: Fraction = 0.5
     usable_memory_fraction: Fraction = 0.95
@@ -51,8 +54,10 @@ class System(Spec):
     devices_per_node: int = Field(gt=0)
     intra_node_link: LinkSpec
     inter_node_link: LinkSpec | None = None
+    host_link: LinkSpec
     host_memory: MemoryTierSpec | None = None
     storage: MemoryTierSpec | None = None
+    remote_pool: MemoryTierSpec | None = None
     overlap: Overlap = "max"
     overlap_fraction: Fraction = 0.5
     usable_memory_fraction: Fraction = 0.95
@@ -67,6 +72,49 @@ class System(Spec):
                 f"{self.num_devices} devices span several nodes of {self.devices_per_node}: inter_node_link is required"
             )
         return self
+
+    def channel(self, name: str) -> ChannelSpec:
+        """The path a transfer on ``name`` takes, under the α-β model.
+
+        ``host``: device <-> host DRAM over the host link (PCIe), limited by the DRAM
+        tier's bandwidth when one is given; ``host_dram``: work the CPU does in its own
+        memory (its share of the node's DRAM bandwidth); ``storage``: device <-> SSD through the
+        host link; ``remote``: device <-> a remote memory pool over the inter-node NIC.
+        """
+        if name == "intra_node":
+            return _link_channel(self.intra_node_link)
+        if name == "inter_node":
+            return _link_channel(self.inter_node_link or self.intra_node_link)
+        if name == "host":
+            return _tier_channel(self.host_link, self.host_memory)
+        if name == "host_dram":  # the CPU's own memory traffic, shared by the node's devices
+            dram = self._tier("host_memory", self.host_memory)
+            share = min(self.devices_per_node, self.num_devices)
+            return ChannelSpec(
+                name=dram.name,
+                label=f"{dram.name}, 1/{share} per device",
+                bandwidth_Bps=dram.bandwidth_Bps / share,
+                latency_s=dram.latency_s,
+            )
+        if name == "storage":
+            return _tier_channel(self.host_link, self._tier("storage", self.storage))
+        if name == "remote":
+            return _tier_channel(self.inter_node_link or self.host_link, self._tier("remote_pool", self.remote_pool))
+        raise SpecError("channel", name, "intra_node, inter_node, host, host_dram, storage or remote")
+
+    def _tier(self, field: str, tier: MemoryTierSpec | None) -> MemoryTierSpec:
+        if tier is None:
+            raise SpecError(f"system.{field}", None, "a memory tier for this exchange (e.g. nvme-gen4, remote-pool)")
+        return tier
+
+    def tier_capacity_per_device(self, tier: str) -> float | None:
+        """Capacity of a lower tier one device may use: host DRAM and SSD are shared by a
+        node's devices, a remote pool by the whole system. None when the tier is absent."""
+        spec = {"host": self.host_memory, "ssd": self.storage, "remote": self.remote_pool}.get(tier)
+        if spec is None:
+            return None
+        share = self.num_devices if tier == "remote" else min(self.devices_per_node, self.num_devices)
+        return spec.capacity_bytes / share
 
     @property
     def num_nodes(self) -> int:
@@ -91,6 +139,34 @@ class System(Spec):
     @property
     def usable_memory_bytes(self) -> float:
         return self.device.memory_capacity_bytes * self.usable_memory_fraction
+
+
+class ChannelSpec(Spec):
+    """Effective α-β parameters of a data path (a link, possibly limited by a memory tier)."""
+
+    name: str
+    label: str
+    bandwidth_Bps: float
+    """Achievable bandwidth: line rate x efficiency, capped by the tier's bandwidth."""
+    latency_s: float
+
+
+def _link_channel(link: LinkSpec) -> ChannelSpec:
+    return ChannelSpec(
+        name=link.name, label=link.name, bandwidth_Bps=link.bandwidth_Bps * link.efficiency, latency_s=link.latency_s
+    )
+
+
+def _tier_channel(link: LinkSpec, tier: MemoryTierSpec | None) -> ChannelSpec:
+    ch = _link_channel(link)
+    if tier is None:
+        return ch
+    return ChannelSpec(
+        name=f"{link.name}+{tier.name}",
+        label=f"{tier.name} via {link.name}",
+        bandwidth_Bps=min(ch.bandwidth_Bps, tier.bandwidth_Bps),
+        latency_s=ch.latency_s + tier.latency_s,
+    )
 
 
 class TrainingJob(Spec):
@@ -156,6 +232,8 @@ class Plan(Spec):
     optimizer: Literal["adam", "adamw", "sgd", "sgd-nomomentum"] = "adam"
     master_weights: bool = True
     prefill_chunk_tokens: int = Field(default=8192, gt=0)
+    exchanges: list[ExchangeSpec] = []
+    """Techniques applied on top of the parallel layout (see ``aitrinity.spec.exchanges``)."""
     """Serving: tokens per prefill forward pass (chunked prefill, Agrawal et al. 2024 "Sarathi-Serve")."""
 
     @property
@@ -214,6 +292,67 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
             raise SpecError("plan.ep", plan.ep, f"a divisor of the data-parallel degree ({dp})")
     if plan.sequence_parallel and plan.tp == 1:
         raise SpecError("plan.sequence_parallel", True, "tp > 1 (sequence parallelism splits TP regions)")
+    check_exchanges(plan, system, training)
     if not training and plan.virtual_stages > 1:
         raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving (no interleaved schedule)")
     return dp
+
+
+_TIER_FIELD = {"host": "host_memory", "ssd": "storage", "remote": "remote_pool"}
+
+
+def check_exchanges(plan: Plan, system: System, training: bool) -> None:
+    """Reject exchanges that do not apply to this workload or do not compose, with the reason."""
+    seen: set[str] = set()
+    kinds = {x.kind for x in plan.exchanges}
+    for i, x in enumerate(plan.exchanges):
+        field = f"plan.exchanges.{i}"
+        if x.kind in seen:
+            raise SpecError(field, x.kind, "each exchange at most once")
+        seen.add(x.kind)
+        if training and x.kind in SERVING_ONLY:
+            raise SpecError(field, x.kind, "an exchange for training (this one applies to serving)")
+        if not training and x.kind in TRAINING_ONLY:
+            raise SpecError(field, x.kind, "an exchange for serving (this one applies to training)")
+        tier = getattr(x, "tier", "hbm")
+        if tier != "hbm" and getattr(system, _TIER_FIELD[tier]) is None:
+            raise SpecError(
+                f"system.{_TIER_FIELD[tier]}",
+                None,
+                f"a {tier} tier for {x.kind} (e.g. "
+                + {"host": "host-dram", "ssd": "nvme-gen4", "remote": "remote-pool"}[tier]
+                + ")",
+            )
+        if x.kind == "gradient-compression":
+            if x.method in ("fp16", "bf16") and BYTES_PER_DTYPE[plan.grads_dtype] <= 2:
+                raise SpecError(
+                    f"{field}.method",
+                    x.method,
+                    f"a compressor smaller than the {plan.grads_dtype} gradients (casting to 16 bits changes nothing)",
+                )
+            if x.method in ("topk", "sign", "powersgd") and plan.zero >= 2:
+                raise SpecError(
+                    f"{field}.method",
+                    x.method,
+                    "zero <= 1: sparse, sign and low-rank compressors need "
+                    "the whole gradient, which ZeRO-2/3 reduce-scatter as it is produced",
+                )
+        if x.kind == "local-sgd" and plan.zero == 3:
+            raise SpecError(field, x.kind, "zero <= 2: ZeRO-3 shards the parameters that local SGD keeps in full")
+        if x.kind == "optimizer-offload" and plan.zero == 3:
+            raise SpecError(
+                field, x.kind, "zero <= 2 (ZeRO-Offload builds on ZeRO-2; stage 3 offload is ZeRO-Infinity)"
+            )
+        if x.kind == "kv-compression" and not (
+            {"kv-offload"} & kinds or any(e.kind == "prefix-cache" and e.tier != "hbm" for e in plan.exchanges)
+        ):
+            raise SpecError(
+                field,
+                x.kind,
+                "an exchange that moves KV across a link (kv-offload, or prefix-cache "
+                "outside hbm): nothing to compress",
+            )
+        if x.kind == "kv-quantization" and BYTES_PER_DTYPE[x.dtype] >= BYTES_PER_DTYPE[plan.cache_dtype]:
+            raise SpecError(f"{field}.dtype", x.dtype, f"fewer bytes than the KV dtype {plan.cache_dtype}")
+        if x.kind == "weight-quantization" and BYTES_PER_DTYPE[x.dtype] >= BYTES_PER_DTYPE[plan.weights_dtype]:
+            raise SpecError(f"{field}.dtype", x.dtype, f"fewer bytes than the weight dtype {plan.weights_dtype}")

@@ -1,0 +1,1 @@
+"""Exchanges (what each technique spends and relieves, and when it pays off); search comes next."""

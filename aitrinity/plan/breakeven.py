@@ -1,0 +1,212 @@
+"""Break-even rules: the bandwidth at which an exchange starts (or stops) paying off.
+
+For an exchange in ``plan.exchanges`` we price the plan with and without it
+while scaling the bandwidth of the one resource that decides it (the link the
+data-parallel gradients cross, the host link, a tier's path, device-memory
+bandwidth) and locate the scale where the verdict flips, by a log-spaced scan
+and bisection. The rule is exact under the scenario's own cost model and
+overlap model -- it is the same pricing that produced the diagnosis.
+
+* ``faster`` exchanges (compression, prefix reuse, quantization) pay off where
+  the plan with them takes less time per unit of work;
+* ``hidden`` exchanges (offloads) buy memory and pay off where their transfers
+  cost no time (they hide behind other work under the overlap model).
+
+Work unit: a training step per token, a serving request per output token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from aitrinity.cost.diagnosis import ExchangeReport
+from aitrinity.cost.estimate import Estimate, price
+from aitrinity.cost.ledger import Ledger
+from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
+from aitrinity.cost.training import training_ledger
+from aitrinity.plan.exchanges import CATALOG, ExchangeInfo
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Plan, Scenario, System
+from aitrinity.units import format_bandwidth, format_bytes
+
+TOLERANCE = 1e-6
+SCAN = [10.0 ** (k / 4.0) for k in range(-16, 17)]  # bandwidth scales 1e-4 .. 1e4
+
+
+def _scaled(system: System, channel: str, k: float) -> System:
+    """The system with one channel's bandwidth multiplied by ``k``."""
+
+    def bw(spec, field: str = "bandwidth_Bps"):  # type: ignore[no-untyped-def]
+        return spec.model_copy(update={field: getattr(spec, field) * k}) if spec is not None else None
+
+    if channel == "hbm":
+        return system.model_copy(update={"device": bw(system.device, "memory_bandwidth_Bps")})
+    update = {
+        "intra_node": {"intra_node_link": bw(system.intra_node_link)},
+        "inter_node": {"inter_node_link": bw(system.inter_node_link)},
+        "host": {"host_link": bw(system.host_link), "host_memory": bw(system.host_memory)},
+        "host_dram": {"host_memory": bw(system.host_memory)},
+        "storage": {"host_link": bw(system.host_link), "storage": bw(system.storage)},
+        "remote": {"inter_node_link": bw(system.inter_node_link), "remote_pool": bw(system.remote_pool)},
+    }[channel]
+    return system.model_copy(update=update)
+
+
+def _nominal(system: System, channel: str) -> float:
+    """The figure a user knows: a link's line rate, a path's achievable rate, HBM's peak."""
+    if channel == "hbm":
+        return system.device.memory_bandwidth_Bps
+    if channel in ("intra_node", "inter_node", "host"):
+        link = {
+            "intra_node": system.intra_node_link,
+            "inter_node": system.inter_node_link or system.intra_node_link,
+            "host": system.host_link,
+        }[channel]
+        return link.bandwidth_Bps
+    return system.channel(channel).bandwidth_Bps
+
+
+_LABEL = {
+    "intra_node": "intra-node link",
+    "inter_node": "inter-node link",
+    "host": "host link",
+    "host_dram": "host memory",
+    "storage": "storage path",
+    "remote": "remote-pool path",
+    "hbm": "device-memory bandwidth",
+}
+
+
+def _per_unit(est: Estimate) -> float:
+    if est.training:
+        return est.training.step_time_s / est.ledger.training.tokens_per_step  # type: ignore[union-attr]
+    assert est.serving is not None and est.ledger.serving is not None
+    f = est.ledger.serving
+    return est.serving.request_latency_s / (max(f.batch, 1) * f.output_tokens)
+
+
+def _without(plan: Plan, index: int) -> Plan:
+    """The plan minus one exchange (and minus KV compression if nothing moves KV any more)."""
+    rest = [x for j, x in enumerate(plan.exchanges) if j != index]
+    moves_kv = any(x.kind == "kv-offload" or (x.kind == "prefix-cache" and x.tier != "hbm") for x in rest)
+    rest = [x for x in rest if x.kind != "kv-compression" or moves_kv]
+    return plan.model_copy(update={"exchanges": rest})
+
+
+def _channel(inf: ExchangeInfo, x: object, ledger: Ledger) -> str | None:
+    if inf.swept == "dp_link":
+        dp = [t for t in ledger.phases[0].traffic if t.purpose.startswith(("DP gradient", "ZeRO-3 gradient"))]
+        return dp[0].channel if dp else None
+    if inf.swept == "host":
+        return "host"
+    if inf.swept == "hbm_bandwidth":
+        return "hbm"
+    if inf.swept == "kv_link":
+        kv = [t for p in ledger.phases for t in p.traffic if "KV" in t.purpose]
+        return kv[0].channel if kv else None
+    tier = getattr(x, "tier", "hbm")
+    return "hbm" if tier == "hbm" else CHANNEL_OF_TIER[tier]
+
+
+def exchange_reports(scenario: Scenario, model: ModelSpec, system: System) -> list[ExchangeReport]:
+    """A break-even report for every exchange in the scenario's plan."""
+    return [report(scenario, model, system, i) for i in range(len(scenario.plan.exchanges))]
+
+
+def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> ExchangeReport:
+    plan = scenario.plan
+    x = plan.exchanges[index]
+    inf = CATALOG[x.kind]
+    w = scenario.workload
+
+    def build(p: Plan, s: System) -> Ledger:
+        if w.training is not None:
+            return training_ledger(scenario.name, model, w.training, p, s)
+        assert w.serving is not None
+        return serving_ledger(scenario.name, model, w.serving, p, s)
+
+    without_plan = _without(plan, index)
+    with_ledger = build(plan, system)
+    with_est, without_est = price(with_ledger, system), price(build(without_plan, system), system)
+    relieved = without_est.memory.used_bytes - with_est.memory.used_bytes
+    channel = _channel(inf, x, with_ledger)
+    t_without = _per_unit(without_est)
+
+    def result(
+        resource: str | None, threshold: float | None, current: float | None, now: bool, sentence: str
+    ) -> ExchangeReport:
+        return ExchangeReport(
+            kind=x.kind,
+            title=inf.title,
+            pathway=inf.pathway,
+            spends=inf.spends,
+            relieves=inf.relieves,
+            time_per_unit_with_s=_per_unit(with_est),
+            time_per_unit_without_s=t_without,
+            device_bytes_relieved=relieved,
+            fits_without=without_est.memory.fits,
+            resource=resource,
+            threshold_Bps=threshold,
+            current_Bps=current,
+            pays_off=now,
+            sentence=sentence,
+        )
+
+    if channel is None:
+        return result(None, None, None, False, f"{inf.title}: nothing to relieve here (no traffic of that kind).")
+
+    def gain(k: float) -> float:
+        s = _scaled(system, channel, k)
+        a = _per_unit(price(build(plan, s), s))
+        b = _per_unit(price(build(without_plan, s), s))
+        return a - b
+
+    def pays(k: float) -> bool:
+        g, ref = gain(k), TOLERANCE * t_without
+        return g < -ref if inf.rule == "faster" else g <= ref
+
+    k_star = _boundary(pays, inf.pays_when == "below")
+    nominal = _nominal(system, channel)
+    now = pays(1.0)
+    verb = "pays off" if inf.rule == "faster" else "costs no time"
+    resource = _LABEL[channel]
+    if k_star is None:
+        threshold = None
+        if now:
+            sentence = f"{inf.title} {verb} at any {resource} bandwidth"
+        elif inf.rule == "faster":
+            sentence = f"{inf.title} never pays off here, whatever the {resource} bandwidth"
+        else:
+            sentence = f"{inf.title} always costs time here, whatever the {resource} bandwidth"
+    else:
+        threshold = k_star * nominal
+        side = "below" if inf.pays_when == "below" else "above"
+        sentence = (
+            f"{inf.title} {verb} while the {resource} is {side} {format_bandwidth(threshold)}; "
+            f"here it is {format_bandwidth(nominal)}, so it {'does' if now else 'does not'}"
+        )
+    if relieved > 0:
+        sentence += f"; it frees {format_bytes(relieved)} of device memory"
+        if not without_est.memory.fits and with_est.memory.fits:
+            sentence += " (the plan fits only with it)"
+    return result(resource, threshold, nominal, now, sentence + ".")
+
+
+def _boundary(pays: Callable[[float], bool], below: bool) -> float | None:
+    """The scale where ``pays`` flips: from paying (small k) to not when ``below``, the reverse otherwise.
+
+    None when it never flips over 1e-4 .. 1e4 of today's bandwidth.
+    """
+    verdicts = [pays(k) for k in SCAN]
+    for i in range(len(SCAN) - 1):
+        if verdicts[i] != verdicts[i + 1] and verdicts[i] == below:
+            lo, hi = math.log(SCAN[i]), math.log(SCAN[i + 1])
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                if pays(math.exp(mid)) == below:
+                    lo = mid
+                else:
+                    hi = mid
+            return math.exp((lo + hi) / 2)
+    return None

@@ -1,0 +1,119 @@
+"""Exchange parameters as they appear in a plan (``plan.exchanges``), with their valid ranges.
+
+Each entry is one technique; ``kind`` selects it. A value outside its range is
+a one-line error naming ``plan.exchanges.N.FIELD`` -- never a silent clamp.
+What each one does to the ledger is in :mod:`aitrinity.cost.effects`; its
+pathway and break-even rule in :mod:`aitrinity.plan.exchanges`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from aitrinity.spec._base import Fraction, Spec
+
+Tier = Literal["host", "ssd", "remote"]
+
+
+class GradientCompression(Spec):
+    """Compute -> bandwidth: compress data-parallel gradients before they cross the link."""
+
+    kind: Literal["gradient-compression"]
+    method: Literal["fp16", "bf16", "int8", "topk", "sign", "powersgd"]
+    density: float = Field(default=0.01, gt=0, le=0.5)
+    """top-k: fraction of gradient entries sent."""
+    rank: int = Field(default=4, ge=1, le=256)
+    """PowerSGD: rank of the P, Q factors."""
+
+
+class LocalSGD(Spec):
+    """Compute -> bandwidth: average parameters every ``period`` steps instead of every step."""
+
+    kind: Literal["local-sgd"]
+    period: int = Field(ge=2, le=1024)
+
+
+class OptimizerOffload(Spec):
+    """Bandwidth -> memory: optimizer states and the update on the host (ZeRO-Offload)."""
+
+    kind: Literal["optimizer-offload"]
+
+
+class ActivationOffload(Spec):
+    """Bandwidth -> memory: saved activations to host memory between forward and backward."""
+
+    kind: Literal["activation-offload"]
+    fraction: Fraction = 1.0
+
+
+class KVOffload(Spec):
+    """Bandwidth -> memory: a fraction of the KV cache lives in a lower tier and streams in each step."""
+
+    kind: Literal["kv-offload"]
+    tier: Tier = "host"
+    fraction: Fraction = 0.5
+
+
+class WeightStreaming(Spec):
+    """Bandwidth -> memory: a fraction of the weights lives off-device and streams in each step (FlexGen)."""
+
+    kind: Literal["weight-streaming"]
+    tier: Literal["host", "ssd"] = "host"
+    fraction: Fraction = 0.5
+
+
+class PrefixCache(Spec):
+    """Memory -> compute: reuse cached KV of shared prompt prefixes instead of recomputing prefill."""
+
+    kind: Literal["prefix-cache"]
+    hit_rate: float = Field(ge=0, lt=1)
+    """Fraction of prompt tokens whose KV is found in the cache."""
+    tier: Literal["hbm", "host", "ssd", "remote"] = "host"
+
+
+class KVCompression(Spec):
+    """Compute -> bandwidth: quantize KV before it crosses a link or tier (and dequantize after)."""
+
+    kind: Literal["kv-compression"]
+    bits: Literal[8, 4, 2] = 8
+
+
+class WeightQuantization(Spec):
+    """Compute -> memory: store weights in fewer bits, dequantize on the fly."""
+
+    kind: Literal["weight-quantization"]
+    dtype: Literal["fp8", "int8", "int4", "fp4"]
+
+
+class KVQuantization(Spec):
+    """Compute -> memory: store the KV cache in fewer bits."""
+
+    kind: Literal["kv-quantization"]
+    dtype: Literal["fp8", "int8", "int4"]
+
+
+ExchangeSpec = Annotated[
+    GradientCompression
+    | LocalSGD
+    | OptimizerOffload
+    | ActivationOffload
+    | KVOffload
+    | WeightStreaming
+    | PrefixCache
+    | KVCompression
+    | WeightQuantization
+    | KVQuantization,
+    Field(discriminator="kind"),
+]
+
+TRAINING_ONLY = {"gradient-compression", "local-sgd", "optimizer-offload", "activation-offload"}
+SERVING_ONLY = {
+    "kv-offload",
+    "weight-streaming",
+    "prefix-cache",
+    "kv-compression",
+    "weight-quantization",
+    "kv-quantization",
+}

@@ -1,0 +1,133 @@
+import typing
+
+import pytest
+
+from aitrinity import api
+from aitrinity.cost.estimate import price
+from aitrinity.plan.breakeven import _per_unit, _scaled, _without, report
+from aitrinity.plan.exchanges import CATALOG
+from aitrinity.spec import exchanges as ex
+from aitrinity.spec._base import validate
+from aitrinity.spec.scenario import Scenario
+
+TRAIN = {
+    "name": "t",
+    "system": {"device": "h100-sxm", "num_devices": 64, "inter_node_link": "ethernet-25g", "host_memory": "host-dram"},
+    "workload": {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 256}},
+    "plan": {"zero": 1, "exchanges": [{"kind": "gradient-compression", "method": "int8"}]},
+}
+
+
+def _resolved(data):
+    return api.resolve(validate(Scenario, data))
+
+
+def _gain(r, index, channel, k):
+    s = _scaled(r.system, channel, k)
+    w = r.scenario.workload.training
+
+    from aitrinity.cost.training import training_ledger
+
+    a = _per_unit(price(training_ledger("t", r.model, w, r.scenario.plan, s), s))
+    b = _per_unit(price(training_ledger("t", r.model, w, _without(r.scenario.plan, index), s), s))
+    return a - b
+
+
+def test_every_exchange_kind_is_in_the_catalog():
+    union = typing.get_args(typing.get_args(ex.ExchangeSpec)[0])
+    kinds = {typing.get_args(cls.model_fields["kind"].annotation)[0] for cls in union}
+    assert kinds <= set(CATALOG)
+    assert kinds == ex.TRAINING_ONLY | ex.SERVING_ONLY
+
+
+def test_int8_gradients_pay_off_below_the_break_even_bandwidth():
+    r = _resolved(TRAIN)
+    rep = report(r.scenario, r.model, r.system, 0)
+    assert rep.pathway == "compute->bandwidth" and rep.resource == "inter-node link"
+    assert rep.pays_off and rep.threshold_Bps > rep.current_Bps
+    k = rep.threshold_Bps / rep.current_Bps
+    assert _gain(r, 0, "inter_node", k * 0.98) < 0  # faster just below the threshold
+    assert _gain(r, 0, "inter_node", k * 1.02) >= 0  # no gain just above it
+    assert "below" in rep.sentence and "so it does" in rep.sentence
+
+
+def test_sparse_compression_with_many_ranks_never_pays():
+    """All-gathered top-k at density 0.4 sends (n-1)·0.4·6 bytes per element: more than the 2(n-1)/n·2 of bf16."""
+    data = {
+        **TRAIN,
+        "plan": {"zero": 1, "exchanges": [{"kind": "gradient-compression", "method": "topk", "density": 0.4}]},
+    }
+    r = _resolved(data)
+    rep = report(r.scenario, r.model, r.system, 0)
+    assert not rep.pays_off and rep.threshold_Bps is None and "never pays off" in rep.sentence
+
+
+def test_offload_is_free_above_the_break_even_host_bandwidth_under_max_overlap():
+    data = {
+        **TRAIN,
+        "system": {**TRAIN["system"], "inter_node_link": "infiniband-ndr"},
+        "plan": {"zero": 1, "exchanges": [{"kind": "optimizer-offload"}]},
+    }
+    r = _resolved(data)
+    rep = report(r.scenario, r.model, r.system, 0)
+    assert rep.pathway == "bandwidth->memory" and rep.device_bytes_relieved > 0
+    assert rep.threshold_Bps is not None
+    k = rep.threshold_Bps / rep.current_Bps
+    assert _gain(r, 0, "host", k * 1.02) <= 1e-6 * rep.time_per_unit_without_s
+    assert _gain(r, 0, "host", k * 0.98) > 0
+    data["system"] = {**data["system"], "overlap": "sum"}  # nothing hides: it costs time at today's bandwidth
+    r = _resolved(data)
+    serial = report(r.scenario, r.model, r.system, 0)
+    assert not serial.pays_off and serial.time_per_unit_with_s > serial.time_per_unit_without_s
+
+
+def test_diagnose_reports_every_exchange_with_its_pathway():
+    from pathlib import Path
+
+    d = api.diagnose(Path(__file__).resolve().parents[2] / "examples" / "serving-exchanges.yaml")
+    assert [x.kind for x in d.exchanges] == [
+        x.kind
+        for x in api.resolve(
+            Path(__file__).resolve().parents[2] / "examples" / "serving-exchanges.yaml"
+        ).scenario.plan.exchanges
+    ]
+    assert {x.pathway for x in d.exchanges} >= {"bandwidth->memory", "memory->compute", "compute->memory"}
+    assert all(x.sentence.endswith(".") for x in d.exchanges)
+
+
+@pytest.mark.parametrize("name", ["training-exchanges.yaml", "serving-exchanges.yaml"])
+def test_thresholds_are_where_the_verdict_flips(name):
+    from pathlib import Path
+
+    from aitrinity.cost.serving import serving_ledger
+    from aitrinity.cost.training import training_ledger
+
+    r = api.resolve(Path(__file__).resolve().parents[2] / "examples" / name)
+    w = r.scenario.workload
+    for i, x in enumerate(r.scenario.plan.exchanges):
+        rep = report(r.scenario, r.model, r.system, i)
+        if rep.threshold_Bps is None:
+            continue
+        inf = CATALOG[x.kind]
+        channel = {
+            "inter-node link": "inter_node",
+            "intra-node link": "intra_node",
+            "host link": "host",
+            "storage path": "storage",
+            "remote-pool path": "remote",
+            "device-memory bandwidth": "hbm",
+        }[rep.resource]
+
+        def pays(k, i=i, channel=channel, inf=inf, rep=rep):
+            s = _scaled(r.system, channel, k)
+            build = (
+                (lambda p: training_ledger("t", r.model, w.training, p, s))
+                if w.training
+                else (lambda p: serving_ledger("s", r.model, w.serving, p, s))
+            )
+            g = _per_unit(price(build(r.scenario.plan), s)) - _per_unit(price(build(_without(r.scenario.plan, i)), s))
+            tol = 1e-6 * rep.time_per_unit_without_s
+            return g < -tol if inf.rule == "faster" else g <= tol
+
+        k = rep.threshold_Bps / rep.current_Bps
+        assert pays(k * 0.97) != pays(k * 1.03), (x.kind, rep.sentence)
