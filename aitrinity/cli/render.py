@@ -66,6 +66,9 @@ def diagnosis(d: Diagnosis) -> str:
             f" -> {'fits' if t.fits else 'DOES NOT FIT'}"
         )
         lines += _table([[i.category, format_bytes(i.bytes), "", ""] for i in t.items])
+    if d.exchanges:
+        lines.append("exchanges:")
+        lines += [f"  [{x.pathway}] {x.sentence}" for x in d.exchanges]
     lines.append("metrics: " + metrics(d))
     return "\n".join(lines)
 
