@@ -18,11 +18,34 @@ from aitrinity.spec.model import ModelSpec  # noqa: E402
 from aitrinity.spec.scenario import Plan  # noqa: E402
 from tests.cost.torch_reference import Block, Decoder  # noqa: E402
 
-LLAMA = ModelSpec(name="tiny-llama", source="test", num_layers=2, hidden_size=256, num_attention_heads=8,
-                  num_kv_heads=2, intermediate_size=688, vocab_size=1000, max_seq_len=512)
-GPT = ModelSpec(name="tiny-gpt", source="test", num_layers=2, hidden_size=256, num_attention_heads=8,
-                intermediate_size=1024, vocab_size=1000, max_seq_len=512, mlp="standard", norm="layernorm",
-                qkv_bias=True, linear_bias=True, position="learned", learned_positions=512, tie_embeddings=True)
+LLAMA = ModelSpec(
+    name="tiny-llama",
+    source="test",
+    num_layers=2,
+    hidden_size=256,
+    num_attention_heads=8,
+    num_kv_heads=2,
+    intermediate_size=688,
+    vocab_size=1000,
+    max_seq_len=512,
+)
+GPT = ModelSpec(
+    name="tiny-gpt",
+    source="test",
+    num_layers=2,
+    hidden_size=256,
+    num_attention_heads=8,
+    intermediate_size=1024,
+    vocab_size=1000,
+    max_seq_len=512,
+    mlp="standard",
+    norm="layernorm",
+    qkv_bias=True,
+    linear_bias=True,
+    position="learned",
+    learned_positions=512,
+    tie_embeddings=True,
+)
 
 
 @pytest.mark.parametrize("m", [LLAMA, GPT], ids=lambda m: m.name)
