@@ -106,7 +106,7 @@ def combine(times: list[float], overlap: str, fraction: float) -> float:
     return hi + (1.0 - fraction) * (total - hi)
 
 
-_CHANNEL_LABELS = {
+CHANNEL_LABELS = {
     "intra_node": "intra-node link",
     "inter_node": "inter-node link",
     "host": "host link",
@@ -145,7 +145,7 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
         acc[1] += t.messages
     for channel, (nbytes, msgs) in per_channel.items():
         ch = system.channel(channel)
-        where = _CHANNEL_LABELS[channel]
+        where = CHANNEL_LABELS[channel]
         out.append(
             ResourceTime(
                 resource=f"{where} ({ch.label})",

@@ -199,19 +199,22 @@ def _host(purpose: str, nbytes: float, messages: float, channel: Channel = "host
     )
 
 
-def _offloads(plan: Plan, memory: list[MemoryItem], params: float, sync: GradSync) -> list[MemoryItem]:
-    """Move offloaded categories to host memory (in place) and return the items to add."""
-    extra: list[MemoryItem] = []
-    if sync.error_feedback_bytes_per_param:
-        extra.append(MemoryItem(category="buffers", bytes=params * sync.error_feedback_bytes_per_param))
+def _with_offloads(plan: Plan, memory: list[MemoryItem], params: float, sync: GradSync) -> list[MemoryItem]:
+    """The memory items after the plan's offloads move categories to host memory, plus error-feedback buffers."""
     act_off = find(plan, "activation-offload")
-    for i, item in enumerate(memory):
-        if item.category == "optimizer" and find(plan, "optimizer-offload") is not None:
-            memory[i] = item.model_copy(update={"tier": "host"})
-        if item.category == "activations" and isinstance(act_off, ActivationOffload):
-            memory[i] = item.model_copy(update={"bytes": item.bytes * (1 - act_off.fraction)})
-            extra.append(MemoryItem(tier="host", category="activations", bytes=item.bytes * act_off.fraction))
-    return extra
+    opt_off = find(plan, "optimizer-offload") is not None
+    out: list[MemoryItem] = []
+    for item in memory:
+        if item.category == "optimizer" and opt_off:
+            out.append(item.model_copy(update={"tier": "host"}))
+        elif item.category == "activations" and isinstance(act_off, ActivationOffload):
+            out.append(item.model_copy(update={"bytes": item.bytes * (1 - act_off.fraction)}))
+            out.append(MemoryItem(tier="host", category="activations", bytes=item.bytes * act_off.fraction))
+        else:
+            out.append(item)
+    if sync.error_feedback_bytes_per_param:
+        out.append(MemoryItem(category="buffers", bytes=params * sync.error_feedback_bytes_per_param))
+    return out
 
 
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
@@ -274,7 +277,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     sync = grad_sync(m, plan)
     hbm += (rep + expert) * sync.hbm_bytes_per_element / sync.period
     overhead = (rep + expert) * sync.flops_per_param / sync.period
-    memory += _offloads(plan, memory, rep + expert, sync)
+    memory = _with_offloads(plan, memory, rep + expert, sync)
     act_off = find(plan, "activation-offload")
     if offload_opt:  # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back,
         # and the CPU's Adam step streams the states through host DRAM (overlapped by the one-step delay, §4.2)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 
 from aitrinity.cost.diagnosis import ExchangeReport
-from aitrinity.cost.estimate import Estimate, price
+from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
@@ -67,15 +67,7 @@ def _nominal(system: System, channel: str) -> float:
     return system.channel(channel).bandwidth_Bps
 
 
-_LABEL = {
-    "intra_node": "intra-node link",
-    "inter_node": "inter-node link",
-    "host": "host link",
-    "host_dram": "host memory",
-    "storage": "storage path",
-    "remote": "remote-pool path",
-    "hbm": "device-memory bandwidth",
-}
+_LABEL = {**CHANNEL_LABELS, "hbm": "device-memory bandwidth"}
 
 
 def _per_unit(est: Estimate) -> float:

@@ -42,6 +42,7 @@ def valid_scenarios(draw: Any) -> dict[str, Any]:
         "num_devices": tp * pp * dp,
         "devices_per_node": draw(st.sampled_from([1, 2, 4, 8])),
         "overlap": draw(st.sampled_from(["max", "sum", "partial"])),
+        "host_memory": "host-dram",
     }
     plan: dict[str, Any] = {"tp": tp, "pp": pp}
     if m.moe:
@@ -61,6 +62,10 @@ def valid_scenarios(draw: Any) -> dict[str, Any]:
                 "global_batch": dp * mb * draw(st.integers(1, 8)),
             }
         }
+        options = [{"kind": "gradient-compression", "method": "int8"}, {"kind": "activation-offload", "fraction": 0.5}]
+        if plan["zero"] < 3:
+            options += [{"kind": "local-sgd", "period": 4}, {"kind": "optimizer-offload"}]
+        plan["exchanges"] = draw(st.lists(st.sampled_from(options), unique_by=lambda x: x["kind"], max_size=3))
     else:
         prompt = draw(st.integers(1, min(4096, m.max_seq_len - 1)))
         output = draw(st.integers(1, min(1024, m.max_seq_len - prompt)))
@@ -71,6 +76,13 @@ def valid_scenarios(draw: Any) -> dict[str, Any]:
                 "batch": draw(st.one_of(st.integers(1, 64), st.just("max"))),
             }
         }
+        options = [
+            {"kind": "kv-offload", "tier": "host", "fraction": 0.5},
+            {"kind": "prefix-cache", "hit_rate": 0.5, "tier": "hbm"},
+            {"kind": "kv-quantization", "dtype": "fp8"},
+            {"kind": "weight-quantization", "dtype": "int8"},
+        ]
+        plan["exchanges"] = draw(st.lists(st.sampled_from(options), unique_by=lambda x: x["kind"], max_size=3))
     return {"name": "random", "system": system, "workload": {"model": name, **job}, "plan": plan}
 
 
@@ -97,6 +109,7 @@ def _mutations(sc: dict[str, Any]) -> list[tuple[str, Any]]:
     m = catalog.model(sc["workload"]["model"])
     plan = sc["plan"]
     out = [
+        ("plan.exchanges.0", setter(["plan", "exchanges"], [{"kind": "local-sgd", "period": 0}])),
         ("workload.model", setter(["workload", "model"], sc["workload"]["model"] + "-xl")),
         ("system.device", setter(["system", "device"], sc["system"]["device"][:-1] + "q")),
         ("system.num_devices", setter(["system", "num_devices"], -sc["system"]["num_devices"])),
