@@ -6,15 +6,18 @@ functions of :mod:`aitrinity.cost`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aitrinity import catalog
+from aitrinity import overrides as ov
 from aitrinity.catalog.loader import resolve_system
 from aitrinity.cost.diagnosis import Diagnosis
 from aitrinity.cost.estimate import Estimate
 from aitrinity.cost.ledger import Ledger
 from aitrinity.errors import UnknownNameError
+from aitrinity.spec._base import validate
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System
 
@@ -28,17 +31,24 @@ class Resolved:
     system: System
 
 
-def resolve(scenario: Scenario | str | Path, base: Path | None = None) -> Resolved:
-    """Resolve names; file paths inside a scenario file are relative to that file's folder."""
+def resolve(scenario: Scenario | str | Path, base: Path | None = None, overrides: Sequence[str] = ()) -> Resolved:
+    """Resolve names; file paths inside a scenario file are relative to that file's folder.
+
+    ``overrides`` are ``KEY=VALUE`` what-if changes (:mod:`aitrinity.overrides`).
+    """
     if not isinstance(scenario, Scenario):
         if Path(scenario).is_file():
             base = Path(scenario).resolve().parent
         scenario = catalog.load_scenario(scenario)
+    fields, hardware = ov.split([ov.parse(o) for o in overrides])
+    if fields:
+        data = ov.apply_fields(scenario.model_dump(mode="json", exclude_unset=True), fields)
+        scenario = validate(Scenario, data, source="--set")
     try:
         model = catalog.model(scenario.workload.model, base)
     except UnknownNameError as e:
         raise e.at("workload.model") from None
-    return Resolved(scenario, model, resolve_system(scenario.system, base))
+    return Resolved(scenario, model, ov.apply_hardware(resolve_system(scenario.system, base), hardware))
 
 
 def ledger(r: Resolved) -> Ledger:
@@ -58,12 +68,12 @@ def estimate(r: Resolved) -> Estimate:
     return price(ledger(r), r.system)
 
 
-def diagnose(scenario: Scenario | str | Path) -> Diagnosis:
-    """Diagnose a scenario (object, file path or built-in name)."""
+def diagnose(scenario: Scenario | str | Path, overrides: Sequence[str] = ()) -> Diagnosis:
+    """Diagnose a scenario (object, file path or built-in name), with optional ``KEY=VALUE`` overrides."""
     from aitrinity.cost import capacity
     from aitrinity.cost.diagnosis import diagnose as run
 
-    r = resolve(scenario)
+    r = resolve(scenario, overrides=overrides)
     est = estimate(r)
     need = None
     if not est.memory.fits:

@@ -39,10 +39,10 @@ class SpecError(TrinityError, ValueError):
         super().__init__(f"{where}{what}")
 
     @classmethod
-    def file(cls, path: object, problem: str) -> SpecError:
-        """A problem with a whole file (unreadable, not YAML, wrong kind)."""
-        err = cls("", path, problem, source=str(path))
-        err.args = (f"{path}: {problem}",)
+    def at(cls, where: object, problem: str) -> SpecError:
+        """A problem stated whole: ``where: problem`` (an unreadable file, an unparsable override)."""
+        err = cls("", where, problem, source=str(where))
+        err.args = (f"{where}: {problem}",)
         return err
 
 

@@ -45,13 +45,13 @@ def read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SpecError.file(path, f"cannot read the file ({e.strerror})") from None
+        raise SpecError.at(path, f"cannot read the file ({e.strerror})") from None
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError.file(path, f"not valid YAML (syntax error{at})") from None
+        raise SpecError.at(path, f"not valid YAML (syntax error{at})") from None
 
 
 def names(kind: Kind) -> list[str]:
@@ -106,16 +106,16 @@ def _is_path(ref: str) -> bool:
 def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
     p = Path(path)
     if not p.is_file():
-        raise SpecError.file(path, f"no such {_SINGULAR[kind]} file")
+        raise SpecError.at(path, f"no such {_SINGULAR[kind]} file")
     if kind == "models" and p.suffix == ".json":
         from aitrinity.catalog.hf import from_hf_config
 
         try:
             cfg = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise SpecError.file(path, f"not a readable JSON config ({e.__class__.__name__})") from None
+            raise SpecError.at(path, f"not a readable JSON config ({e.__class__.__name__})") from None
         if not isinstance(cfg, dict):
-            raise SpecError.file(path, f"expected a JSON object, got {type(cfg).__name__}")
+            raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
         name = cfg.get("_name_or_path") or p.parent.name or p.stem
         return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
     return validate(cls, read_yaml(p), source=str(path))

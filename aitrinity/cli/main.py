@@ -20,6 +20,7 @@ EXIT_USAGE = 2
 EPILOG = """examples:
   trinity diagnose                          diagnose the built-in example scenarios
   trinity diagnose my.yaml --json           one scenario file, as JSON
+  trinity diagnose my.yaml --set gpus=512 --set link=100Gbit/s   what if
   trinity catalog list models               catalog names of one kind
   trinity catalog show llama-3.1-70b        an entry with its derived figures
 """
@@ -48,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
         help="scenario YAML files or built-in scenario names (default: all built-in examples)",
     )
     d.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    d.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="what-if change, repeatable: a scenario field (plan.tp=4, system.num_devices=512) or "
+        "gpus=N, link=100Gbit/s, hbm_bandwidth=..., hbm_capacity=..., flops_scale=0.5",
+    )
 
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
@@ -69,7 +79,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     from aitrinity.cli import render
 
     refs = args.scenarios or api.builtin_scenarios()
-    results = [api.diagnose(r) for r in refs]
+    results = [api.diagnose(r, args.overrides) for r in refs]
     if args.json:
         print(_dump([r.model_dump(mode="json") for r in results]))
     else:

@@ -1,0 +1,48 @@
+import pytest
+
+from aitrinity import api
+from aitrinity.cli.main import main
+from aitrinity.errors import SpecError
+
+BASE = "llama-70b-training-h100"
+
+
+def test_scenario_fields_and_shorthands():
+    r = api.resolve(BASE, overrides=["gpus=512", "plan.zero=2", "workload.training.global_batch=1024"])
+    assert r.system.num_devices == 512
+    assert r.scenario.plan.zero == 2 and r.scenario.workload.training.global_batch == 1024
+    assert r.scenario.plan.tp == 8  # untouched fields stay
+
+
+def test_link_by_bandwidth_or_by_name():
+    r = api.resolve(BASE, overrides=["link=100Gbit/s"])
+    assert r.system.inter_node_link.bandwidth_Bps == pytest.approx(12.5e9)
+    assert r.system.inter_node_link.name == "infiniband-ndr"
+    r = api.resolve(BASE, overrides=["link=ethernet-25g"])
+    assert r.system.inter_node_link.name == "ethernet-25g"
+
+
+def test_hardware_overrides_move_the_estimate_the_right_way():
+    base = api.diagnose(BASE).estimate.training.step_time_s
+    slow = api.diagnose(BASE, ["flops_scale=0.5"]).estimate.training.step_time_s
+    assert slow > 1.8 * base  # compute-bound: half the FLOP/s, about twice the time
+    fat = api.diagnose("trillion-param-training", ["hbm_capacity=400GiB"])
+    assert fat.capacity.fits
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("plan.tp=3", "plan.tp"), ("nonsense=1", "--set"), ("gpus", "--set"), ("hbm_bandwidth=fast", "hbm_bandwidth"),
+     ("plan.colour=red", "plan.colour"), ("flops_scale=0", "flops_scale")],
+)
+def test_bad_overrides_name_the_key(override, field):
+    with pytest.raises(SpecError) as e:
+        api.diagnose(BASE, [override])
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_set_flag(capsys):
+    assert main(["diagnose", BASE, "--set", "gpus=512", "--json"]) == 0
+    assert '"num_devices": 512' in capsys.readouterr().out
+    assert main(["diagnose", BASE, "--set", "plan.tp=3"]) == 2
+    assert capsys.readouterr().err.startswith("trinity: error: plan.tp")
