@@ -274,7 +274,6 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         )
 
     # --- exchanges: gradient compression / local SGD work, offloads to host memory
-    sync = grad_sync(m, plan)
     hbm += (rep + expert) * sync.hbm_bytes_per_element / sync.period
     overhead = (rep + expert) * sync.flops_per_param / sync.period
     memory = _with_offloads(plan, memory, rep + expert, sync)

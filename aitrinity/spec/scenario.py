@@ -314,7 +314,7 @@ def check_exchanges(plan: Plan, system: System, training: bool) -> None:
             raise SpecError(field, x.kind, "an exchange for training (this one applies to serving)")
         if not training and x.kind in TRAINING_ONLY:
             raise SpecError(field, x.kind, "an exchange for serving (this one applies to training)")
-        tier = getattr(x, "tier", "hbm")
+        tier = getattr(x, "tier", "host" if x.kind in ("optimizer-offload", "activation-offload") else "hbm")
         if tier != "hbm" and getattr(system, _TIER_FIELD[tier]) is None:
             raise SpecError(
                 f"system.{_TIER_FIELD[tier]}",

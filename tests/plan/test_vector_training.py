@@ -1,0 +1,65 @@
+"""The vectorized training pricer equals the scalar ledger + estimate on every configuration of small spaces."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from aitrinity import catalog
+from aitrinity.cost.estimate import price
+from aitrinity.cost.training import training_ledger
+from aitrinity.errors import SpecError
+from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE, Rows, _plan_for, price_rows
+from aitrinity.spec.scenario import Plan, TrainingJob
+from tests.conftest import make_system
+
+CASES = [
+    # (model, devices, devices per node, tp, pp, job, base plan, system kwargs)
+    ("llama-3.1-8b", 16, 8, 2, 2, TrainingJob(seq_len=2048, global_batch=32), Plan(), {"host_memory": "host-dram"}),
+    ("gpt-3-175b", 64, 8, 8, 4, TrainingJob(seq_len=2048, global_batch=64), Plan(flash_attention=False), {}),
+    ("mixtral-8x7b", 32, 8, 2, 2, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=4),
+     {"host_memory": "host-dram", "overlap": "partial"}),
+    ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
+    ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
+]
+
+
+def _rows():
+    grid = list(itertools.product([1, 2, 4], range(4), range(3), [False, True], range(3), [False, True]))
+    cols = list(zip(*grid, strict=True))
+    return Rows(
+        micro_batch=np.array(cols[0], dtype=np.int64), zero=np.array(cols[1], dtype=np.int64),
+        recompute=np.array(cols[2], dtype=np.int64), sequence_parallel=np.array(cols[3], dtype=bool),
+        compression=np.array(cols[4], dtype=np.int64), optimizer_offload=np.array(cols[5], dtype=bool),
+    ), grid
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[3]}-pp{c[4]}")
+def test_every_row_matches_the_scalar_ledger(case):
+    name, n, per_node, tp, pp, job, base, sys_kw = case
+    m = catalog.model(name)
+    system = make_system(n=n, per_node=per_node, **sys_kw)
+    rows, grid = _rows()
+    got = price_rows(m, job, base, system, tp, pp, rows)
+    checked = 0
+    for i, (mb, zero, rec, sp, comp, off) in enumerate(grid):
+        plan = _plan_for(base, tp, pp, RECOMPUTE[rec], sp, COMPRESSION[comp])
+        ex = list(plan.exchanges)
+        if off:
+            ex.append({"kind": "optimizer-offload"})
+        try:
+            plan = Plan.model_validate({**plan.model_dump(), "micro_batch": mb, "zero": zero, "exchanges": ex})
+            led = training_ledger("t", m, job, plan, system)
+        except SpecError:
+            assert not got.feasible[i], (i, grid[i])
+            continue
+        est = price(led, system)
+        assert got.step_time_s[i] == pytest.approx(est.training.step_time_s, rel=1e-9), grid[i]
+        assert got.hbm_bytes[i] == pytest.approx(led.memory_bytes("hbm"), rel=1e-9), grid[i]
+        assert got.host_bytes[i] == pytest.approx(led.memory_bytes("host"), rel=1e-9, abs=1e-6), grid[i]
+        moved = sum(t.bytes_per_device for t in led.phases[0].traffic if t.channel != "host_dram")
+        assert got.link_bytes[i] == pytest.approx(moved, rel=1e-9, abs=1e-6), grid[i]
+        fits = est.memory.fits and all(t.fits for t in est.lower_tiers)
+        assert bool(got.feasible[i]) == fits, (grid[i], got.reason[i])
+        checked += 1
+    assert checked > 50
