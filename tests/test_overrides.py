@@ -32,8 +32,14 @@ def test_hardware_overrides_move_the_estimate_the_right_way():
 
 @pytest.mark.parametrize(
     ("override", "field"),
-    [("plan.tp=3", "plan.tp"), ("nonsense=1", "--set"), ("gpus", "--set"), ("hbm_bandwidth=fast", "hbm_bandwidth"),
-     ("plan.colour=red", "plan.colour"), ("flops_scale=0", "flops_scale")],
+    [
+        ("plan.tp=3", "plan.tp"),
+        ("nonsense=1", "--set"),
+        ("gpus", "--set"),
+        ("hbm_bandwidth=fast", "hbm_bandwidth"),
+        ("plan.colour=red", "plan.colour"),
+        ("flops_scale=0", "flops_scale"),
+    ],
 )
 def test_bad_overrides_name_the_key(override, field):
     with pytest.raises(SpecError) as e:

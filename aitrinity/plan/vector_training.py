@@ -50,6 +50,9 @@ class Rows:
     sequence_parallel: B
     compression: Ints  # index into COMPRESSION
     optimizer_offload: B
+    virtual_stages: Ints
+    activation_offload: F
+    """Fraction of saved activations kept in host memory (0 = none)."""
 
     def __len__(self) -> int:
         return len(self.micro_batch)
@@ -79,8 +82,9 @@ REASONS = (
     "device memory",
     "host memory",
     "compressor needs zero <= 1",
-    "offload needs zero <= 2 and host memory",
+    "offload needs host memory (and zero <= 2 for the optimizer)",
     "sequence parallel needs tp > 1",
+    "layers not divisible by pp x virtual stages",
 )
 RESOURCES = ("compute", "device-memory bandwidth", "intra-node link", "inter-node link", "host link", "host memory")
 _CHANNELS = ("intra_node", "inter_node", "host", "host_dram")
@@ -158,13 +162,10 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
     per_step = d * rows.micro_batch
     divisible = (job.global_batch % per_step) == 0
     mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
-    zero, rec, sp, comp, off = (
-        rows.zero,
-        rows.recompute,
-        rows.sequence_parallel,
-        rows.compression,
-        rows.optimizer_offload,
-    )
+    zero, rec, sp = rows.zero, rows.recompute, rows.sequence_parallel
+    comp, off = rows.compression, rows.optimizer_offload
+    v, a_off = rows.virtual_stages.astype(np.float64), rows.activation_offload
+    interleave = np.where(v > 1, 1.0 + (p - 1) / (p * v), 1.0)
     act = BYTES_PER_DTYPE[base.compute_dtype]
     wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
     k_opt = optimizer_bytes_per_param(base)
@@ -189,7 +190,7 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         g = rep * gb / np.where(zero >= 2, d, 1) + ex * gb / np.where(zero >= 2, exp_shard, 1)
         o = rep * k_opt / np.where(zero >= 1, d, 1) + ex * k_opt / np.where(zero >= 1, exp_shard, 1)
         in_flight = np.minimum(p - st, mb)
-        acts = (dl * pl_dense + ml * pl_moe) * in_flight
+        acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
         acts = acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
         if st == 0 and m.dropout:
             acts = acts + s * b * h * in_flight / sp_div
@@ -215,8 +216,8 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
     params_peak = rep_peak + exp_peak
     bpe = np.array([L.sync[c].bytes_per_element for c in COMPRESSION])[comp]
     ef = np.array([L.sync[c].error_feedback_bytes_per_param for c in COMPRESSION])[comp]
-    hbm_mem = totals[peak, pick] + params_peak * ef - np.where(off, opt_peak, 0.0)
-    host_mem = np.where(off, opt_peak, 0.0)
+    hbm_mem = totals[peak, pick] + params_peak * ef - np.where(off, opt_peak, 0.0) - a_off * acts_peak
+    host_mem = np.where(off, opt_peak, 0.0) + a_off * acts_peak
 
     # --- FLOPs (busiest stage by FLOPs; independent of the row)
     tokens_per_pipe = job.global_batch * s / d
@@ -278,6 +279,8 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
     ch_msgs["host"] += np.where(off, 2.0, 0.0)
     ch_bytes["host_dram"] += np.where(off, 2.0 * opt_peak + g_dev + w_dev, 0.0)
     ch_msgs["host_dram"] += np.where(off, 1.0, 0.0)
+    ch_bytes["host"] += 2.0 * a_off * per_mb_acts * mb
+    ch_msgs["host"] += np.where(a_off > 0, 2.0 * mb * layers_peak, 0.0)
 
     # --- pricing (estimate.resource_times + combine, vectorized)
     eff = system.eff
@@ -303,7 +306,7 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         phase = total
     else:
         phase = hi + (1.0 - system.overlap_fraction) * (total - hi)
-    bubble = (p - 1) / (mb * base.virtual_stages) * times[0]
+    bubble = (p - 1) / (mb * v) * times[0]
     step = phase + bubble  # the overlap models of estimate.combine(), row-wise
 
     # --- feasibility, first failed constraint wins
@@ -314,8 +317,9 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         hbm_mem > system.usable_memory_bytes,
         host_mem > host_cap,
         heavy & (zero >= 2),
-        off & ((zero >= 3) | (system.host_memory is None)),
+        (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
         sp & (t == 1),
+        (m.num_layers % (p * rows.virtual_stages)) != 0,
     ]
     reason = np.zeros(n, dtype=np.int64)
     for i in range(len(checks) - 1, -1, -1):

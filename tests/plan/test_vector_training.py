@@ -17,20 +17,35 @@ CASES = [
     # (model, devices, devices per node, tp, pp, job, base plan, system kwargs)
     ("llama-3.1-8b", 16, 8, 2, 2, TrainingJob(seq_len=2048, global_batch=32), Plan(), {"host_memory": "host-dram"}),
     ("gpt-3-175b", 64, 8, 8, 4, TrainingJob(seq_len=2048, global_batch=64), Plan(flash_attention=False), {}),
-    ("mixtral-8x7b", 32, 8, 2, 2, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=4),
-     {"host_memory": "host-dram", "overlap": "partial"}),
+    (
+        "mixtral-8x7b",
+        32,
+        8,
+        2,
+        2,
+        TrainingJob(seq_len=4096, global_batch=64),
+        Plan(ep=4),
+        {"host_memory": "host-dram", "overlap": "partial"},
+    ),
     ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
     ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
 ]
 
 
 def _rows():
-    grid = list(itertools.product([1, 2, 4], range(4), range(3), [False, True], range(3), [False, True]))
+    grid = list(
+        itertools.product([1, 2, 4], range(4), range(3), [False, True], range(3), [False, True], [1, 2], [0.0, 0.5])
+    )
     cols = list(zip(*grid, strict=True))
     return Rows(
-        micro_batch=np.array(cols[0], dtype=np.int64), zero=np.array(cols[1], dtype=np.int64),
-        recompute=np.array(cols[2], dtype=np.int64), sequence_parallel=np.array(cols[3], dtype=bool),
-        compression=np.array(cols[4], dtype=np.int64), optimizer_offload=np.array(cols[5], dtype=bool),
+        micro_batch=np.array(cols[0], dtype=np.int64),
+        zero=np.array(cols[1], dtype=np.int64),
+        recompute=np.array(cols[2], dtype=np.int64),
+        sequence_parallel=np.array(cols[3], dtype=bool),
+        compression=np.array(cols[4], dtype=np.int64),
+        optimizer_offload=np.array(cols[5], dtype=bool),
+        virtual_stages=np.array(cols[6], dtype=np.int64),
+        activation_offload=np.array(cols[7], dtype=np.float64),
     ), grid
 
 
@@ -42,13 +57,17 @@ def test_every_row_matches_the_scalar_ledger(case):
     rows, grid = _rows()
     got = price_rows(m, job, base, system, tp, pp, rows)
     checked = 0
-    for i, (mb, zero, rec, sp, comp, off) in enumerate(grid):
+    for i, (mb, zero, rec, sp, comp, off, v, aoff) in enumerate(grid):
         plan = _plan_for(base, tp, pp, RECOMPUTE[rec], sp, COMPRESSION[comp])
         ex = list(plan.exchanges)
         if off:
             ex.append({"kind": "optimizer-offload"})
+        if aoff:
+            ex.append({"kind": "activation-offload", "fraction": aoff})
         try:
-            plan = Plan.model_validate({**plan.model_dump(), "micro_batch": mb, "zero": zero, "exchanges": ex})
+            plan = Plan.model_validate(
+                {**plan.model_dump(), "micro_batch": mb, "zero": zero, "exchanges": ex, "virtual_stages": v}
+            )
             led = training_ledger("t", m, job, plan, system)
         except SpecError:
             assert not got.feasible[i], (i, grid[i])

@@ -1,0 +1,303 @@
+"""Search training plans: enumerate, price vectorized, keep the feasible, rank, Pareto.
+
+The space: every valid ``(tp, pp)`` layout of the system (tp divides the heads
+and is compatible with the KV heads, pp divides the layers, ``tp · pp`` divides
+the devices and leaves a data-parallel degree the plan's ``ep`` divides) x
+micro-batch x ZeRO stage x recomputation x sequence parallelism x gradient
+compression x optimizer offload. Dtypes, flash attention, ``ep`` and the
+optimizer come from the scenario's plan. Deterministic: rows are enumerated in
+a fixed order and ties go to the first row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from aitrinity.cost.ledger import Result
+from aitrinity.plan.vector_training import COMPRESSION, REASONS, RECOMPUTE, RESOURCES, Priced, Rows, price_rows
+from aitrinity.spec.exchanges import ActivationOffload, GradientCompression, OptimizerOffload
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Plan, System, TrainingJob
+
+Objective = Literal["time", "cost", "energy"]
+OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "energy")
+
+
+@dataclass(frozen=True)
+class Space:
+    """The values each searched dimension takes (recomputation, SP and compression: all of them)."""
+
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    virtual_stages: tuple[int, ...] = (1, 2, 4)
+    activation_offload: tuple[float, ...] = (0.0, 0.5, 1.0)
+    """Used only when the system has host memory, as is optimizer offload."""
+
+
+DEFAULT_SPACE = Space()
+
+
+class PlanChoice(Result):
+    """One candidate plan and what it costs."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    zero: int
+    recompute: str
+    sequence_parallel: bool
+    compression: str
+    optimizer_offload: bool
+    virtual_stages: int
+    activation_offload: float
+    step_time_s: float
+    tokens_per_s: float
+    hbm_bytes: float
+    link_bytes: float
+    usd_per_million_tokens: float | None
+    joules_per_token: float
+    binding: str
+
+    def plan(self, base: Plan) -> Plan:
+        """The scenario plan with this choice applied (dtypes and the rest kept)."""
+        ex: list[GradientCompression | OptimizerOffload | ActivationOffload] = []
+        if self.compression != "none":
+            ex.append(GradientCompression(kind="gradient-compression", method=self.compression, rank=4))
+        if self.optimizer_offload:
+            ex.append(OptimizerOffload(kind="optimizer-offload"))
+        if self.activation_offload:
+            ex.append(ActivationOffload(kind="activation-offload", fraction=self.activation_offload))
+        return base.model_copy(
+            update={
+                "tp": self.tp,
+                "pp": self.pp,
+                "dp": None,
+                "micro_batch": self.micro_batch,
+                "zero": self.zero,
+                "recompute": self.recompute,
+                "sequence_parallel": self.sequence_parallel,
+                "exchanges": ex,
+                "virtual_stages": self.virtual_stages,
+            }
+        )
+
+
+class ReasonCount(Result):
+    reason: str
+    count: int
+
+
+class SearchResult(Result):
+    objective: str
+    evaluated: int
+    feasible: int
+    elapsed_s: float
+    configs_per_s: float
+    best: PlanChoice | None
+    top: list[PlanChoice]
+    pareto: list[PlanChoice]
+    """Non-dominated over (step time, device memory, bytes moved, $ or J)."""
+    infeasible: list[ReasonCount]
+    """How many candidates each constraint removed (the first one they failed)."""
+
+
+def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
+    n, kv = system.num_devices, m.kv_heads
+    out = []
+    for tp in range(1, m.num_attention_heads + 1):
+        if m.num_attention_heads % tp or (kv % tp and tp % kv) or n % tp:
+            continue
+        for pp in range(1, m.num_layers + 1):
+            if m.num_layers % pp or n % (tp * pp):
+                continue
+            dp = n // (tp * pp)
+            if dp % ep or (m.moe and m.moe.num_experts % ep):
+                continue
+            out.append((tp, pp))
+    return out
+
+
+def _rows(host: bool, space: Space) -> Rows:
+    grid = list(
+        itertools.product(
+            space.micro_batches,
+            space.zero,
+            range(3),
+            (False, True),
+            range(len(COMPRESSION)),
+            (False, True) if host else (False,),
+            space.virtual_stages,
+            space.activation_offload if host else (0.0,),
+        )
+    )
+    cols = list(zip(*grid, strict=True))
+    return Rows(
+        micro_batch=np.array(cols[0], dtype=np.int64),
+        zero=np.array(cols[1], dtype=np.int64),
+        recompute=np.array(cols[2], dtype=np.int64),
+        sequence_parallel=np.array(cols[3], dtype=bool),
+        compression=np.array(cols[4], dtype=np.int64),
+        optimizer_offload=np.array(cols[5], dtype=bool),
+        virtual_stages=np.array(cols[6], dtype=np.int64),
+        activation_offload=np.array(cols[7], dtype=np.float64),
+    )
+
+
+@dataclass(frozen=True)
+class _Table:
+    """All candidates, concatenated over layouts."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    rows: Rows
+    priced: Priced
+
+
+def evaluate(m: ModelSpec, job: TrainingJob, base: Plan, system: System, space: Space = DEFAULT_SPACE) -> _Table:
+    rows = _rows(system.host_memory is not None, space)
+    tps, pps, parts = [], [], []
+    for tp, pp in layouts(m, system, base.ep):
+        parts.append(price_rows(m, job, base, system, tp, pp, rows))
+        tps.append(np.full(len(rows), tp))
+        pps.append(np.full(len(rows), pp))
+    if not parts:
+        from aitrinity.errors import SpecError
+
+        raise SpecError(
+            "system.num_devices", system.num_devices, f"a device count some tp x pp layout of {m.name} divides"
+        )
+    reps = len(parts)
+    tiled = Rows(*(np.tile(getattr(rows, f), reps) for f in Rows.__dataclass_fields__))
+    priced = Priced(*(np.concatenate([getattr(p, f) for p in parts]) for f in Priced.__dataclass_fields__))
+    return _Table(np.concatenate(tps), np.concatenate(pps), tiled, priced)
+
+
+def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
+    tokens = job.global_batch * job.seq_len
+    if objective == "time":
+        return t.priced.step_time_s
+    if objective == "cost":
+        return t.priced.usd_per_step / tokens
+    return t.priced.joules_per_step / tokens
+
+
+def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
+    r, p = t.rows, t.priced
+    tokens = job.global_batch * job.seq_len
+    step = float(p.step_time_s[i])
+    usd = float(p.usd_per_step[i])
+    return PlanChoice(
+        tp=int(t.tp[i]),
+        pp=int(t.pp[i]),
+        dp=system.num_devices // int(t.tp[i] * t.pp[i]),
+        micro_batch=int(r.micro_batch[i]),
+        zero=int(r.zero[i]),
+        recompute=RECOMPUTE[int(r.recompute[i])],
+        sequence_parallel=bool(r.sequence_parallel[i]),
+        compression=COMPRESSION[int(r.compression[i])],
+        optimizer_offload=bool(r.optimizer_offload[i]),
+        virtual_stages=int(r.virtual_stages[i]),
+        activation_offload=float(r.activation_offload[i]),
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        hbm_bytes=float(p.hbm_bytes[i]),
+        link_bytes=float(p.link_bytes[i]),
+        usd_per_million_tokens=None if np.isnan(usd) else usd / tokens * 1e6,
+        joules_per_token=float(p.joules_per_step[i]) / tokens,
+        binding=RESOURCES[int(p.binding[i])],
+    )
+
+
+def pareto_indices(points: np.ndarray) -> list[int]:
+    """Indices of the non-dominated rows of ``points`` (minimise every column), in row order.
+
+    Sort by the first column, then sweep keeping a candidate unless an already
+    kept point is <= in every column (block-nested-loop skyline).
+    """
+    order = np.lexsort(points.T[::-1])
+    kept: list[int] = []
+    front = np.empty((0, points.shape[1]))
+    for i in order:
+        p = points[i]
+        if len(front) and np.any(np.all(front <= p, axis=1)):
+            continue
+        kept.append(int(i))
+        front = np.vstack([front, p])
+    return sorted(kept)
+
+
+def quantize(x: np.ndarray) -> np.ndarray:
+    """Values rounded to 9 significant digits, so that ties are ties whatever the summation order."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mag = np.where(x != 0, 10.0 ** (8 - np.floor(np.log10(np.abs(np.where(x != 0, x, 1.0))))), 1.0)
+    out: np.ndarray = np.round(x * mag) / mag
+    return out
+
+
+def complexity(rows: Rows) -> np.ndarray:
+    """How many techniques a plan uses: the tie-break in favour of the simpler plan."""
+    out: np.ndarray = (
+        (rows.zero > 0).astype(np.int64)
+        + (rows.recompute > 0)
+        + rows.sequence_parallel
+        + (rows.compression > 0)
+        + rows.optimizer_offload
+        + (rows.activation_offload > 0)
+        + (rows.virtual_stages > 1)
+    )
+    return out
+
+
+def rank(score: np.ndarray, hbm: np.ndarray, simple: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``idx`` ordered best first: objective, then fewer techniques, then less device memory, then row order."""
+    return idx[np.lexsort((idx, quantize(hbm[idx]), simple[idx], quantize(score[idx])))]
+
+
+def search_training(
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    system: System,
+    objective: Objective = "time",
+    top: int = 5,
+    space: Space = DEFAULT_SPACE,
+) -> SearchResult:
+    start = time.perf_counter()
+    t = evaluate(m, job, base, system, space)
+    score = _score(t, job, objective)
+    feasible = t.priced.feasible & np.isfinite(score)
+    idx = np.flatnonzero(feasible)
+    order = rank(score, t.priced.hbm_bytes, complexity(t.rows), idx)
+    elapsed = time.perf_counter() - start
+    money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
+    pts = quantize(
+        np.stack([t.priced.step_time_s[idx], t.priced.hbm_bytes[idx], t.priced.link_bytes[idx], money[idx]], axis=1)
+    )
+    # identical points: keep the best-ranked row of each, then the skyline
+    position = np.empty(len(t.rows.zero), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    _, first = np.unique(pts[np.argsort(position[idx])], axis=0, return_index=True)
+    reps = idx[np.argsort(position[idx])][first]
+    rep_pts = quantize(
+        np.stack([t.priced.step_time_s[reps], t.priced.hbm_bytes[reps], t.priced.link_bytes[reps], money[reps]], axis=1)
+    )
+    front = [int(reps[k]) for k in pareto_indices(rep_pts)] if len(reps) else []
+    counts = np.bincount(t.priced.reason, minlength=len(REASONS))
+    n = len(score)
+    return SearchResult(
+        objective=objective,
+        evaluated=n,
+        feasible=len(idx),
+        elapsed_s=elapsed,
+        configs_per_s=n / elapsed,
+        best=_choice(t, int(order[0]), system, job) if len(order) else None,
+        top=[_choice(t, int(i), system, job) for i in order[:top]],
+        pareto=[_choice(t, i, system, job) for i in sorted(front, key=lambda i: int(position[i]))],
+        infeasible=[ReasonCount(reason=REASONS[k], count=int(c)) for k, c in enumerate(counts) if k and c],
+    )

@@ -1,0 +1,143 @@
+"""The vectorized search returns what a brute-force loop over the scalar ledger returns."""
+
+import numpy as np
+import pytest
+
+from aitrinity import catalog
+from aitrinity.cost.estimate import price
+from aitrinity.cost.training import training_ledger
+from aitrinity.errors import SpecError
+from aitrinity.plan.search import Space, complexity, evaluate, pareto_indices, quantize, search_training
+from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
+from aitrinity.spec.scenario import Plan, TrainingJob
+from tests.conftest import make_system
+
+SMALL = Space(micro_batches=(1, 2), zero=(0, 1, 3), virtual_stages=(1, 2), activation_offload=(0.0, 1.0))
+
+
+def _brute(m, job, base, system, space, objective):
+    """Every candidate through the scalar ledger, one at a time."""
+    t = evaluate(m, job, base, system, space)
+    out = []
+    r = t.rows
+    for i in range(len(r.zero)):
+        ex = []
+        if r.compression[i]:
+            ex.append({"kind": "gradient-compression", "method": COMPRESSION[r.compression[i]], "rank": 4})
+        if r.optimizer_offload[i]:
+            ex.append({"kind": "optimizer-offload"})
+        if r.activation_offload[i]:
+            ex.append({"kind": "activation-offload", "fraction": float(r.activation_offload[i])})
+        try:
+            plan = Plan.model_validate(
+                {
+                    **base.model_dump(),
+                    "tp": int(t.tp[i]),
+                    "pp": int(t.pp[i]),
+                    "micro_batch": int(r.micro_batch[i]),
+                    "zero": int(r.zero[i]),
+                    "recompute": RECOMPUTE[r.recompute[i]],
+                    "sequence_parallel": bool(r.sequence_parallel[i]),
+                    "exchanges": ex,
+                    "virtual_stages": int(r.virtual_stages[i]),
+                }
+            )
+            est = price(training_ledger("b", m, job, plan, system), system)
+        except SpecError:
+            out.append(None)
+            continue
+        ok = est.memory.fits and all(x.fits for x in est.lower_tiers)
+        tokens = job.global_batch * job.seq_len
+        value = {
+            "time": est.training.step_time_s,
+            "cost": est.training.usd_per_step / tokens,
+            "energy": est.training.joules_per_step / tokens,
+        }[objective]
+        out.append((value, est.memory.used_bytes) if ok else None)
+    return t, out
+
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+def test_search_equals_brute_force(objective):
+    m = catalog.model("llama-3.1-8b")
+    job = TrainingJob(seq_len=4096, global_batch=32)
+    system = make_system(n=4, host_memory="host-dram", inter_node_link="ethernet-25g")
+    res = search_training(m, job, Plan(), system, objective, space=SMALL)
+    t, brute = _brute(m, job, Plan(), system, SMALL, objective)
+    feasible = [i for i, v in enumerate(brute) if v is not None]
+    assert res.feasible == len(feasible) and res.evaluated == len(brute)
+    simple = complexity(t.rows)
+    key = {
+        i: (quantize(np.array(brute[i][0]))[()], int(simple[i]), quantize(np.array(brute[i][1]))[()], i)
+        for i in feasible
+    }
+    best = min(feasible, key=key.__getitem__)
+    b = res.best
+    assert (
+        b.tp,
+        b.pp,
+        b.micro_batch,
+        b.zero,
+        b.recompute,
+        b.sequence_parallel,
+        b.compression,
+        b.optimizer_offload,
+        b.virtual_stages,
+        b.activation_offload,
+    ) == (
+        int(t.tp[best]),
+        int(t.pp[best]),
+        int(t.rows.micro_batch[best]),
+        int(t.rows.zero[best]),
+        RECOMPUTE[t.rows.recompute[best]],
+        bool(t.rows.sequence_parallel[best]),
+        COMPRESSION[t.rows.compression[best]],
+        bool(t.rows.optimizer_offload[best]),
+        int(t.rows.virtual_stages[best]),
+        float(t.rows.activation_offload[best]),
+    )
+    assert b.step_time_s == pytest.approx(res.top[0].step_time_s)
+
+
+def test_every_returned_plan_is_feasible_under_the_scalar_model():
+    m = catalog.model("llama-3.1-70b")
+    job = TrainingJob(seq_len=4096, global_batch=256)
+    system = make_system(n=64, host_memory="host-dram")
+    res = search_training(m, job, Plan(), system, top=10)
+    assert res.best is not None and res.feasible > 0
+    for choice in [*res.top, *res.pareto]:
+        led = training_ledger("p", m, job, choice.plan(Plan()), system)
+        est = price(led, system)
+        assert est.memory.fits and all(x.fits for x in est.lower_tiers)
+        assert est.training.step_time_s == pytest.approx(choice.step_time_s, rel=1e-9)
+
+
+def test_pareto_front_is_non_dominated_and_complete():
+    rng = np.random.default_rng(0)
+    pts = rng.integers(0, 6, size=(300, 3)).astype(float)
+    front = set(pareto_indices(pts))
+    for i in range(len(pts)):
+        dominated = any(np.all(pts[j] <= pts[i]) and np.any(pts[j] < pts[i]) for j in range(len(pts)))
+        if dominated:
+            assert i not in front
+    # every non-dominated distinct point is represented
+    for i in range(len(pts)):
+        if not any(np.all(pts[j] <= pts[i]) and np.any(pts[j] < pts[i]) for j in range(len(pts))):
+            assert any(np.all(pts[j] == pts[i]) for j in front)
+
+
+def test_infeasible_candidates_are_counted_by_the_constraint_they_failed():
+    m = catalog.model("llama-3.1-70b")
+    res = search_training(m, TrainingJob(seq_len=4096, global_batch=64), Plan(), make_system(n=8), space=SMALL)
+    reasons = {r.reason: r.count for r in res.infeasible}
+    assert reasons["device memory"] > 0
+    assert sum(reasons.values()) + res.feasible == res.evaluated
+
+
+def test_search_is_deterministic():
+    m = catalog.model("llama-3.1-8b")
+    job = TrainingJob(seq_len=4096, global_batch=32)
+    system = make_system(n=8, host_memory="host-dram")
+    a = search_training(m, job, Plan(), system, space=SMALL)
+    b = search_training(m, job, Plan(), system, space=SMALL)
+    assert a.model_dump(exclude={"elapsed_s", "configs_per_s"}) == b.model_dump(exclude={"elapsed_s", "configs_per_s"})
