@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aitrinity import catalog
 from aitrinity import overrides as ov
@@ -20,6 +21,9 @@ from aitrinity.errors import UnknownNameError
 from aitrinity.spec._base import validate
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System
+
+if TYPE_CHECKING:
+    from aitrinity.plan.report import PlanReport
 
 
 @dataclass(frozen=True)
@@ -92,3 +96,36 @@ def diagnose(scenario: Scenario | str | Path, overrides: Sequence[str] = ()) -> 
 
 def builtin_scenarios() -> list[str]:
     return catalog.names("scenarios")
+
+
+def plan(
+    scenario: Scenario | str | Path,
+    objective: str = "time",
+    top: int = 5,
+    overrides: Sequence[str] = (),
+    start: str = "naive",
+) -> PlanReport:
+    """Search plans for a scenario and explain the chain from the baseline to the best one.
+
+    ``start``: ``naive`` (no sharding, recomputation or exchange) or ``scenario`` (the plan as written).
+    """
+    from aitrinity.errors import SpecError
+    from aitrinity.plan.chain import training_chain
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.search import OBJECTIVES, search_training
+
+    if objective not in OBJECTIVES:
+        raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)}")
+    if start not in ("naive", "scenario"):
+        raise SpecError("--from", start, "naive or scenario")
+    r = resolve(scenario, overrides=overrides)
+    job = r.scenario.workload.training
+    if job is None:
+        raise SpecError("workload", "serving", "a training workload (plan search covers training so far)")
+    result = search_training(r.model, job, r.scenario.plan, r.system, objective, top)
+    chain = None
+    if result.best is not None:
+        chain = training_chain(
+            r.model, job, r.scenario.plan, r.system, result.best, r.scenario.plan if start == "scenario" else None
+        )
+    return PlanReport(scenario=r.scenario.name, search=result, chain=chain)

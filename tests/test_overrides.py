@@ -17,7 +17,7 @@ def test_scenario_fields_and_shorthands():
 def test_link_by_bandwidth_or_by_name():
     r = api.resolve(BASE, overrides=["link=100Gbit/s"])
     assert r.system.inter_node_link.bandwidth_Bps == pytest.approx(12.5e9)
-    assert r.system.inter_node_link.name == "infiniband-ndr"
+    assert r.system.inter_node_link.name == "ethernet-100g"  # the scenario's link, at the new rate
     r = api.resolve(BASE, overrides=["link=ethernet-25g"])
     assert r.system.inter_node_link.name == "ethernet-25g"
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aitrinity import __version__
-from aitrinity.errors import TrinityError
+from aitrinity.errors import SpecError, TrinityError
 
 EXIT_USAGE = 2
 
@@ -21,6 +21,9 @@ EPILOG = """examples:
   trinity diagnose                          diagnose the built-in example scenarios
   trinity diagnose my.yaml --json           one scenario file, as JSON
   trinity diagnose my.yaml --set gpus=512 --set link=100Gbit/s   what if
+  trinity plan llama-70b-training-h100      the best plans, the Pareto frontier and the chain
+  trinity explain SCENARIO --from scenario  the chain from your own plan to the best one
+  trinity plan SCENARIO --sweep link=25Gbit/s,100Gbit/s,400Gbit/s   where the best plan changes
   trinity catalog list models               catalog names of one kind
   trinity catalog show llama-3.1-70b        an entry with its derived figures
 """
@@ -59,6 +62,55 @@ def _parser() -> argparse.ArgumentParser:
         "gpus=N, link=100Gbit/s, hbm_bandwidth=..., hbm_capacity=..., flops_scale=0.5",
     )
 
+    pl = sub.add_parser(
+        "plan",
+        help="search plans; the best, the top N, the Pareto frontier and the chain",
+        description="Search parallel layouts x memory techniques x exchanges for a training "
+        "scenario, keep the feasible plans, rank them by an objective, and explain "
+        "the chain of exchanges from a naive baseline to the best plan.",
+    )
+    pl.add_argument("scenario", metavar="SCENARIO", help="scenario file or built-in name")
+    pl.add_argument(
+        "--objective",
+        default="time",
+        choices=["time", "cost", "energy"],
+        help="step time, $ per token, or joules per token (default: time)",
+    )
+    pl.add_argument("--top", type=int, default=5, help="how many of the best plans to list (default 5)")
+    pl.add_argument(
+        "--from",
+        dest="start",
+        default="naive",
+        choices=["naive", "scenario"],
+        help="start the chain from a naive plan (default) or from the scenario's own plan",
+    )
+    pl.add_argument(
+        "--sweep",
+        metavar="KEY=V1,V2,...",
+        help="re-plan for each value of one override (e.g. link=25Gbit/s,100Gbit/s,400Gbit/s) and "
+        "show where the best plan changes",
+    )
+    pl.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="what-if change, as for diagnose",
+    )
+    pl.add_argument("--json", action="store_true")
+
+    ex = sub.add_parser(
+        "explain",
+        help="the chain of exchanges from a naive plan to the best one",
+        description="The chain only: each step's pathway, the resource it relieved, what binds next and the gain.",
+    )
+    ex.add_argument("scenario", metavar="SCENARIO")
+    ex.add_argument("--objective", default="time", choices=["time", "cost", "energy"])
+    ex.add_argument("--from", dest="start", default="naive", choices=["naive", "scenario"])
+    ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    ex.add_argument("--json", action="store_true")
+
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     cl = csub.add_parser("list", help="names of one kind, or of every kind")
@@ -84,6 +136,36 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         print(_dump([r.model_dump(mode="json") for r in results]))
     else:
         print("\n\n".join(render.diagnosis(r) for r in results))
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from aitrinity import api
+    from aitrinity.cli import render
+
+    top = getattr(args, "top", 1)
+    if top < 1:
+        raise SpecError("--top", top, "a positive number")
+    if getattr(args, "sweep", None):
+        key, _, values = args.sweep.partition("=")
+        if not key or not values:
+            raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
+        points = []
+        for v in values.split(","):
+            rep = api.plan(args.scenario, args.objective, 1, [*args.overrides, f"{key}={v.strip()}"], args.start)
+            points.append((v.strip(), rep))
+        if args.json:
+            print(_dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
+        else:
+            print(render.sweep(key, points))
+        return 0
+    rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start)
+    if args.json:
+        print(_dump(rep.model_dump(mode="json")))
+    elif args.command == "explain":
+        print(render.chain(rep.chain) if rep.chain else "no feasible plan: nothing to explain")
+    else:
+        print(render.plan(rep))
     return 0
 
 
@@ -116,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "diagnose":
             return _cmd_diagnose(args)
+        if args.command in ("plan", "explain"):
+            return _cmd_plan(args)
         return _cmd_catalog(args)
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)

@@ -146,3 +146,81 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
         lines.append("  derived:")
         lines += [f"    {k}: {v}" for k, v in derived.items()]
     return "\n".join(lines)
+
+
+def _choice_row(c: Any) -> list[str]:
+    layout = f"tp{c.tp} pp{c.pp} dp{c.dp}" + (f" v{c.virtual_stages}" if c.virtual_stages > 1 else "")
+    extras = [f"mb{c.micro_batch}", f"ZeRO-{c.zero}", f"rc:{c.recompute}"]
+    if c.sequence_parallel:
+        extras.append("SP")
+    if c.compression != "none":
+        extras.append(c.compression)
+    if c.optimizer_offload:
+        extras.append("opt-offload")
+    if c.activation_offload:
+        extras.append(f"act-offload {c.activation_offload:g}")
+    usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
+    return [
+        layout,
+        " ".join(extras),
+        format_time(c.step_time_s),
+        f"{c.tokens_per_s:,.0f}",
+        format_bytes(c.hbm_bytes),
+        format_bytes(c.link_bytes),
+        usd,
+        c.binding,
+    ]
+
+
+def _choices(title: str, choices: list[Any]) -> list[str]:
+    if not choices:
+        return []
+    head = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
+    return [title, *_table([head, *(_choice_row(c) for c in choices)])]
+
+
+def chain(ch: Any) -> str:
+    lines = [f"chain from the {ch.baseline} plan ({' -> '.join(ch.pathways) or 'no change'}):"]
+    for i, s in enumerate(ch.steps, 1):
+        lines.append(f"  {i}. {s.sentence}")
+    if not ch.steps:
+        lines.append(f"  {ch.sentence}")
+    return "\n".join(lines)
+
+
+def plan(rep: Any) -> str:
+    s = rep.search
+    lines = [
+        f"== {rep.scenario}: {s.evaluated:,} plans evaluated in {format_time(s.elapsed_s)} "
+        f"({s.configs_per_s:,.0f}/s), {s.feasible:,} feasible; objective: {s.objective}"
+    ]
+    if s.infeasible:
+        lines.append("infeasible: " + ", ".join(f"{r.count:,} {r.reason}" for r in s.infeasible))
+    if s.best is None:
+        lines.append("no feasible plan")
+        return "\n".join(lines)
+    lines += _choices("best plans:", s.top)
+    lines += _choices(
+        f"Pareto frontier over (time, memory, bytes moved, {'$' if s.objective == 'cost' else 'J'}):", s.pareto[:12]
+    )
+    if len(s.pareto) > 12:
+        lines.append(f"  ... {len(s.pareto) - 12} more in --json")
+    if rep.chain is not None:
+        lines.append(chain(rep.chain))
+    return "\n".join(lines)
+
+
+def sweep(key: str, points: list[tuple[str, Any]]) -> str:
+    rows = [[key, "layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds", ""]]
+    previous = None
+    for value, rep in points:
+        best = rep.search.best
+        if best is None:
+            rows.append([value, "no feasible plan", "", "", "", "", "", "", "", ""])
+            previous = None
+            continue
+        row = _choice_row(best)
+        changed = previous is not None and row[:2] != previous
+        rows.append([value, *row, "<- plan changes" if changed else ""])
+        previous = row[:2]
+    return "\n".join([f"best plan for each {key}:", *_table(rows)])

@@ -220,6 +220,28 @@ CATALOG: dict[str, ExchangeInfo] = {
             "hidden",
             "Chen et al. 2016; Korthikanti et al. 2022",
         ),
+        ExchangeInfo(
+            "micro-batch",
+            "larger micro-batches",
+            "memory->compute",
+            "activation bytes",
+            "idle compute (pipeline bubble, small GEMMs)",
+            None,
+            "above",
+            "hidden",
+            "Narayanan et al. 2021, eq. 1",
+        ),
+        ExchangeInfo(
+            "virtual-stages",
+            "interleaved pipeline stages",
+            "memory->compute",
+            "activation bytes (1 + (p-1)/(p v)) and point-to-point messages",
+            "idle compute (pipeline bubble)",
+            None,
+            "above",
+            "hidden",
+            "Narayanan et al. 2021, section 2.2; Korthikanti et al. 2022, section 4.2.3",
+        ),
     ]
 }
 

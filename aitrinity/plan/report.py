@@ -1,0 +1,13 @@
+"""What ``trinity plan`` returns: the search result and the chain that explains its best plan."""
+
+from __future__ import annotations
+
+from aitrinity.cost.ledger import Result
+from aitrinity.plan.chain import Chain
+from aitrinity.plan.search import SearchResult
+
+
+class PlanReport(Result):
+    scenario: str
+    search: SearchResult
+    chain: Chain | None
