@@ -1,0 +1,56 @@
+"""The vectorized serving pricer equals the scalar ledger + estimate on every row of small spaces."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from aitrinity import catalog
+from aitrinity.cost.estimate import price
+from aitrinity.cost.serving import serving_ledger
+from aitrinity.errors import SpecError
+from aitrinity.plan.vector_serving import KV_DTYPES, WEIGHT_DTYPES, ServingRows, price_rows, row_plan
+from aitrinity.spec._base import validate
+from aitrinity.spec.scenario import Plan, ServingJob
+from tests.conftest import make_system
+
+CASES = [
+    ("llama-3.1-70b", 8, 8, 1, ServingJob(prompt_tokens=8192, output_tokens=512), {}, {"host_memory": "host-dram"}),
+    ("mixtral-8x7b", 8, 4, 2, ServingJob(prompt_tokens=2048, output_tokens=256), {"ep": 1},
+     {"host_memory": "host-dram", "per_node": 4, "overlap": "partial"}),
+    ("llama-3.1-8b", 2, 1, 1, ServingJob(prompt_tokens=4096, output_tokens=128),
+     {"exchanges": [{"kind": "prefix-cache", "hit_rate": 0.6, "tier": "remote"}, {"kind": "kv-compression",
+                                                                                  "bits": 4}]},
+     {"host_memory": "host-dram", "remote_pool": "remote-pool", "overlap": "sum"}),
+    ("deepseek-v3", 8, 8, 1, ServingJob(prompt_tokens=1024, output_tokens=64), {}, {}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[2]}-pp{c[3]}")
+def test_every_row_matches_the_scalar_ledger(case):
+    name, n, tp, pp, job, plan_kw, sys_kw = case
+    m = catalog.model(name)
+    system = make_system(n=n, **sys_kw)
+    base = validate(Plan, plan_kw)
+    grid = list(itertools.product([1, 3, 16, 64], [0.0, 0.5], range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES))))
+    cols = list(zip(*grid, strict=True))
+    rows = ServingRows(batch=np.array(cols[0]), kv_offload=np.array(cols[1], dtype=float),
+                       weight_dtype=np.array(cols[2]), kv_dtype=np.array(cols[3]))
+    got = price_rows(m, job, base, system, tp, pp, rows)
+    checked = 0
+    for i, (b, f, wq, kq) in enumerate(grid):
+        plan = row_plan(base, tp, pp, f, WEIGHT_DTYPES[wq], KV_DTYPES[kq])
+        try:
+            led = serving_ledger("s", m, job.model_copy(update={"batch": b}), plan, system)
+        except SpecError:
+            assert not got.feasible[i], grid[i]
+            continue
+        est = price(led, system)
+        assert got.ttft_s[i] == pytest.approx(est.serving.ttft_s, rel=1e-9), grid[i]
+        assert got.tpot_s[i] == pytest.approx(est.serving.tpot_s, rel=1e-9), grid[i]
+        assert got.hbm_bytes[i] == pytest.approx(led.memory_bytes("hbm"), rel=1e-9), grid[i]
+        assert got.tokens_per_s[i] == pytest.approx(est.serving.output_tokens_per_s, rel=1e-9)
+        fits = est.memory.fits and all(t.fits for t in est.lower_tiers)
+        assert bool(got.feasible[i]) == fits, (grid[i], got.reason[i])
+        checked += 1
+    assert checked > 20
