@@ -100,32 +100,48 @@ def builtin_scenarios() -> list[str]:
 
 def plan(
     scenario: Scenario | str | Path,
-    objective: str = "time",
+    objective: str | None = None,
     top: int = 5,
     overrides: Sequence[str] = (),
     start: str = "naive",
+    ttft_slo: str | None = None,
+    tpot_slo: str | None = None,
 ) -> PlanReport:
     """Search plans for a scenario and explain the chain from the baseline to the best one.
 
-    ``start``: ``naive`` (no sharding, recomputation or exchange) or ``scenario`` (the plan as written).
+    ``objective``: training ``time`` (default), ``cost`` or ``energy``; serving ``throughput`` (default),
+    ``latency``, ``cost`` or ``energy``. ``start``: ``naive`` or ``scenario`` (the plan as written).
+    ``ttft_slo`` / ``tpot_slo`` (serving): service-level objectives such as ``2 s`` or ``50 ms``.
     """
+    from aitrinity import units
     from aitrinity.errors import SpecError
-    from aitrinity.plan.chain import training_chain
+    from aitrinity.plan.chain import serving_chain, training_chain
     from aitrinity.plan.report import PlanReport
     from aitrinity.plan.search import OBJECTIVES, search_training
+    from aitrinity.plan.search_serving import SERVING_OBJECTIVES, search_serving
 
-    if objective not in OBJECTIVES:
-        raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)}")
     if start not in ("naive", "scenario"):
         raise SpecError("--from", start, "naive or scenario")
     r = resolve(scenario, overrides=overrides)
-    job = r.scenario.workload.training
-    if job is None:
-        raise SpecError("workload", "serving", "a training workload (plan search covers training so far)")
-    result = search_training(r.model, job, r.scenario.plan, r.system, objective, top)
-    chain = None
-    if result.best is not None:
-        chain = training_chain(
-            r.model, job, r.scenario.plan, r.system, result.best, r.scenario.plan if start == "scenario" else None
+    own = r.scenario.plan if start == "scenario" else None
+    w = r.scenario.workload
+    if w.training is not None:
+        objective = objective or "time"
+        if objective not in OBJECTIVES:
+            raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
+        if ttft_slo or tpot_slo:
+            raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
+        result = search_training(r.model, w.training, r.scenario.plan, r.system, objective, top)
+        chain = (
+            training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own) if result.best else None
         )
-    return PlanReport(scenario=r.scenario.name, search=result, chain=chain)
+        return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain)
+    assert w.serving is not None
+    objective = objective or "throughput"
+    if objective not in SERVING_OBJECTIVES:
+        raise SpecError("--objective", objective, f"one of {', '.join(SERVING_OBJECTIVES)} for serving")
+    ttft = units.parse_time(ttft_slo) if ttft_slo else None
+    tpot = units.parse_time(tpot_slo) if tpot_slo else None
+    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot)
+    schain = serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own) if sres.best else None
+    return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain)

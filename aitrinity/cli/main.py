@@ -72,10 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("scenario", metavar="SCENARIO", help="scenario file or built-in name")
     pl.add_argument(
         "--objective",
-        default="time",
-        choices=["time", "cost", "energy"],
-        help="step time, $ per token, or joules per token (default: time)",
+        choices=["time", "throughput", "latency", "cost", "energy"],
+        help="training: time (default), cost, energy; serving: throughput (default), latency, cost, energy",
     )
+    pl.add_argument("--slo-ttft", metavar="TIME", help="serving: time-to-first-token objective, e.g. 2s")
+    pl.add_argument("--slo-tpot", metavar="TIME", help="serving: time-per-output-token objective, e.g. 50ms")
     pl.add_argument("--top", type=int, default=5, help="how many of the best plans to list (default 5)")
     pl.add_argument(
         "--from",
@@ -106,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
         description="The chain only: each step's pathway, the resource it relieved, what binds next and the gain.",
     )
     ex.add_argument("scenario", metavar="SCENARIO")
-    ex.add_argument("--objective", default="time", choices=["time", "cost", "energy"])
+    ex.add_argument("--objective", choices=["time", "throughput", "latency", "cost", "energy"])
+    ex.add_argument("--slo-ttft", metavar="TIME")
+    ex.add_argument("--slo-tpot", metavar="TIME")
     ex.add_argument("--from", dest="start", default="naive", choices=["naive", "scenario"])
     ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     ex.add_argument("--json", action="store_true")
@@ -152,14 +155,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
         points = []
         for v in values.split(","):
-            rep = api.plan(args.scenario, args.objective, 1, [*args.overrides, f"{key}={v.strip()}"], args.start)
+            rep = api.plan(
+                args.scenario,
+                args.objective,
+                1,
+                [*args.overrides, f"{key}={v.strip()}"],
+                args.start,
+                args.slo_ttft,
+                args.slo_tpot,
+            )
             points.append((v.strip(), rep))
         if args.json:
             print(_dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
         else:
             print(render.sweep(key, points))
         return 0
-    rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start)
+    rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start, args.slo_ttft, args.slo_tpot)
     if args.json:
         print(_dump(rep.model_dump(mode="json")))
     elif args.command == "explain":

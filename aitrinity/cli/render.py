@@ -172,11 +172,39 @@ def _choice_row(c: Any) -> list[str]:
     ]
 
 
+def _serving_row(c: Any) -> list[str]:
+    extras = [f"batch {c.batch}"]
+    if c.kv_offload:
+        extras.append(f"kv-offload {c.kv_offload:g}")
+    if c.weight_quantization != "none":
+        extras.append(f"w:{c.weight_quantization}")
+    if c.kv_quantization != "none":
+        extras.append(f"kv:{c.kv_quantization}")
+    usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
+    return [
+        f"tp{c.tp} pp{c.pp} x{c.replicas}",
+        " ".join(extras),
+        format_time(c.ttft_s),
+        format_time(c.tpot_s),
+        f"{c.tokens_per_s:,.0f}",
+        format_bytes(c.hbm_bytes),
+        usd,
+        c.binding,
+    ]
+
+
+def _row(c: Any) -> list[str]:
+    return _serving_row(c) if hasattr(c, "batch") else _choice_row(c)
+
+
 def _choices(title: str, choices: list[Any]) -> list[str]:
     if not choices:
         return []
-    head = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
-    return [title, *_table([head, *(_choice_row(c) for c in choices)])]
+    if hasattr(choices[0], "batch"):
+        head = ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "decode binds"]
+    else:
+        head = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
+    return [title, *_table([head, *(_row(c) for c in choices)])]
 
 
 def chain(ch: Any) -> str:
@@ -211,7 +239,13 @@ def plan(rep: Any) -> str:
 
 
 def sweep(key: str, points: list[tuple[str, Any]]) -> str:
-    rows = [[key, "layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds", ""]]
+    serving = any(rep.kind == "serving" for _, rep in points)
+    head = (
+        ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "decode binds"]
+        if serving
+        else ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
+    )
+    rows = [[key, *head, ""]]
     previous = None
     for value, rep in points:
         best = rep.search.best
@@ -219,7 +253,7 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
             rows.append([value, "no feasible plan", "", "", "", "", "", "", "", ""])
             previous = None
             continue
-        row = _choice_row(best)
+        row = _row(best)
         changed = previous is not None and row[:2] != previous
         rows.append([value, *row, "<- plan changes" if changed else ""])
         previous = row[:2]

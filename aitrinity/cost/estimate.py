@@ -72,6 +72,8 @@ class ServingMetrics(Result):
     request_latency_s: float
     output_tokens_per_s: float
     """Generation rate of the whole system: batch x in-flight batches x replicas / TPOT."""
+    throughput_tokens_per_s: float
+    """End to end, prefill included: output tokens of every batch in flight / request latency (static batching)."""
     joules_per_output_token: float
     usd_per_million_output_tokens: float | None
 
@@ -231,6 +233,7 @@ def price(ledger: Ledger, system: System) -> Estimate:
             tpot_s=tpot,
             request_latency_s=latency,
             output_tokens_per_s=batch * f.pipeline_batches_in_flight * f.replicas / tpot,
+            throughput_tokens_per_s=per_batch_tokens / latency,
             joules_per_output_token=power * latency / per_batch_tokens,
             usd_per_million_output_tokens=usd_rate * latency / per_batch_tokens * 1e6 if usd_rate is not None else None,
         )

@@ -2,10 +2,11 @@
 
 Starting from the baseline, the moves that separate it from the target plan
 are applied one at a time, greedily: first the move that brings the plan
-closest to fitting in device memory, then, once it fits, the one that saves
-the most time. Each step is priced with the scalar ledger and diagnosed, so it
+closest to fitting in memory, then, once it fits, the one that improves the
+objective most. Each step is priced with the scalar ledger and diagnosed, so it
 names the resource it relieved (what bound before), what binds after, and the
-gain -- computation -> bandwidth -> memory -> computation made visible.
+gain -- computation -> bandwidth -> memory -> computation made visible. Backing
+a technique out is shown as the reverse trade.
 """
 
 from __future__ import annotations
@@ -14,30 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aitrinity.cost.diagnosis import diagnose
+from aitrinity.cost.diagnosis import Diagnosis, diagnose
 from aitrinity.cost.estimate import price
 from aitrinity.cost.ledger import Result
+from aitrinity.cost.serving import serving_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.plan.search import PlanChoice, layouts
+from aitrinity.plan.search_serving import ServingChoice
+from aitrinity.plan.vector_serving import SEARCHED, row_plan
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, System, TrainingJob
+from aitrinity.spec.scenario import Plan, ServingJob, System, TrainingJob
 from aitrinity.units import format_bytes, format_time
-
-# plan field -> exchange kind in the catalog
-MOVES = {
-    "zero": "zero",
-    "tp": "tp",
-    "pp": "pp",
-    "sequence_parallel": "sequence-parallel",
-    "recompute": "recompute",
-    "micro_batch": "micro-batch",
-    "virtual_stages": "virtual-stages",
-    "compression": "gradient-compression",
-    "optimizer_offload": "optimizer-offload",
-    "activation_offload": "activation-offload",
-}
 
 
 class ChainStep(Result):
@@ -51,8 +41,9 @@ class ChainStep(Result):
     fits_after: bool
     memory_before_bytes: float
     memory_after_bytes: float
-    time_before_s: float
-    time_after_s: float
+    score_before: float
+    score_after: float
+    """The objective (lower is better): seconds per step, or per output token for serving."""
     sentence: str
 
 
@@ -67,11 +58,152 @@ class Chain(Result):
 @dataclass(frozen=True)
 class _State:
     values: dict[str, Any]
-    plan: Plan
     fits: bool
     memory: float
-    time: float
+    score: float
     binding: str
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between the training and the serving chains."""
+
+    moves: dict[str, str]  # value name -> exchange kind in the catalog
+    names: dict[str, str]  # value name -> words
+    order: dict[str, list[Any]]  # values whose "more" is not numeric order
+    score: Callable[[Diagnosis], float]
+    show: Callable[[float], str]
+
+
+def _better(a: _State, b: _State) -> bool:
+    """Fitting first, then less memory while not fitting, then a lower score."""
+    if a.fits != b.fits:
+        return a.fits
+    if not a.fits:
+        return a.memory < b.memory
+    return a.score < b.score
+
+
+def _applies(kind: _Kind, field: str, before: Any, after: Any) -> bool:
+    """Does the move apply more of the technique (True) or back it out (False)?"""
+    if field in kind.order:
+        return kind.order[field].index(after) > kind.order[field].index(before)
+    return bool(after > before)
+
+
+def _step(kind: _Kind, fields: list[str], before: _State, after: _State) -> ChainStep:
+    kinds = [kind.moves[f] for f in fields]
+    info = CATALOG[kinds[0]]
+    pathway: str = info.pathway
+    spends, relieves = info.spends, info.relieves
+    if not _applies(kind, fields[0], before.values[fields[0]], after.values[fields[0]]):
+        src, dst = pathway.split("->")
+        pathway, spends, relieves = f"{dst}->{src}", relieves, spends
+    change = ", ".join(f"{kind.names[f]} {before.values[f]} -> {after.values[f]}" for f in fields)
+    if not before.fits and after.fits:
+        gain = f"now fits ({format_bytes(after.memory)} per device)"
+    elif not before.fits:
+        gain = f"memory {format_bytes(before.memory)} -> {format_bytes(after.memory)} per device, still too much"
+    else:
+        gain = f"{kind.show(before.score)} -> {kind.show(after.score)} ({before.score / after.score:.2f}x)"
+    sentence = (
+        f"{before.binding} bound; {change} [{pathway}: spends {spends}, relieves {relieves}]: {gain}; "
+        f"now {after.binding} binds."
+    )
+    return ChainStep(
+        change=change,
+        exchange="+".join(kinds),
+        pathway=pathway,
+        relieved=before.binding,
+        binds_after=after.binding,
+        fits_before=before.fits,
+        fits_after=after.fits,
+        memory_before_bytes=before.memory,
+        memory_after_bytes=after.memory,
+        score_before=before.score,
+        score_after=after.score,
+        sentence=sentence,
+    )
+
+
+def _greedy(
+    kind: _Kind, state: _State, goal: dict[str, Any], run: Callable[[dict[str, Any]], _State | None], baseline: str
+) -> Chain:
+    steps: list[ChainStep] = []
+    while True:
+        todo = [f for f in kind.moves if state.values[f] != goal[f]]
+        if not todo:
+            break
+        best_f: list[str] = []
+        best: _State | None = None
+        for f in todo:
+            nxt = run({**state.values, f: goal[f]})
+            if nxt is not None and (best is None or _better(nxt, best)):
+                best_f, best = [f], nxt
+        if best is None:  # no single move is valid on its own (e.g. tp and pp must change together)
+            best_f, best = todo, run({**state.values, **{f: goal[f] for f in todo}})
+            if best is None:
+                raise SpecError("plan", "chain", "a reachable target plan")
+        steps.append(_step(kind, best_f, state, best))
+        state = best
+    pathways: list[str] = []
+    for step in steps:
+        if not pathways or pathways[-1] != step.pathway:
+            pathways.append(step.pathway)
+    if steps:
+        sentence = " -> ".join(f"{s.relieved} binds -> {s.change}" for s in steps) + f" -> {state.binding} binds"
+    else:
+        sentence = f"the baseline is the chosen plan; {state.binding} binds"
+    return Chain(baseline=baseline, steps=steps, pathways=pathways, sentence=sentence)
+
+
+def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind) -> _State:
+    """The binding resource of the phase that dominates the work (serving: prefill vs output x decode)."""
+    fits = d.capacity.fits
+    binding = d.binding
+    return _State(
+        dict(values),
+        fits,
+        d.estimate.memory.used_bytes,
+        kind.score(d),
+        binding if fits else f"capacity ({d.capacity.tier})",
+    )
+
+
+# ----------------------------------------------------------------------------- training
+
+_TRAINING = _Kind(
+    moves={
+        "zero": "zero",
+        "tp": "tp",
+        "pp": "pp",
+        "sequence_parallel": "sequence-parallel",
+        "recompute": "recompute",
+        "micro_batch": "micro-batch",
+        "virtual_stages": "virtual-stages",
+        "compression": "gradient-compression",
+        "optimizer_offload": "optimizer-offload",
+        "activation_offload": "activation-offload",
+    },
+    names={
+        "tp": "tensor parallel",
+        "pp": "pipeline parallel",
+        "zero": "ZeRO stage",
+        "micro_batch": "micro-batch",
+        "virtual_stages": "virtual pipeline stages",
+        "sequence_parallel": "sequence parallelism",
+        "recompute": "recomputation",
+        "compression": "gradient compression",
+        "optimizer_offload": "optimizer offload",
+        "activation_offload": "activation offload",
+    },
+    order={
+        "recompute": ["none", "selective", "full"],
+        "compression": ["none", "int8", "powersgd", "topk", "sign", "fp16", "bf16"],
+    },
+    score=lambda d: d.phases[0].time_s,
+    show=lambda s: f"step {format_time(s)}",
+)
 
 
 def baseline_plan(base: Plan) -> Plan:
@@ -91,10 +223,8 @@ def baseline_plan(base: Plan) -> Plan:
     )
 
 
-def _values(plan: Plan) -> dict[str, Any]:
+def _training_values(plan: Plan) -> dict[str, Any]:
     kinds = {x.kind: x for x in plan.exchanges}
-    comp = kinds.get("gradient-compression")
-    act = kinds.get("activation-offload")
     return {
         "zero": plan.zero,
         "tp": plan.tp,
@@ -103,14 +233,14 @@ def _values(plan: Plan) -> dict[str, Any]:
         "recompute": plan.recompute,
         "micro_batch": plan.micro_batch,
         "virtual_stages": plan.virtual_stages,
-        "compression": getattr(comp, "method", "none"),
+        "compression": getattr(kinds.get("gradient-compression"), "method", "none"),
         "optimizer_offload": "optimizer-offload" in kinds,
-        "activation_offload": getattr(act, "fraction", 0.0),
+        "activation_offload": getattr(kinds.get("activation-offload"), "fraction", 0.0),
     }
 
 
-def _plan(base: Plan, v: dict[str, Any]) -> Plan:
-    choice = PlanChoice(
+def _training_plan(base: Plan, v: dict[str, Any]) -> Plan:
+    return PlanChoice(
         tp=v["tp"],
         pp=v["pp"],
         dp=1,
@@ -129,159 +259,132 @@ def _plan(base: Plan, v: dict[str, Any]) -> Plan:
         usd_per_million_tokens=None,
         joules_per_token=0,
         binding="",
-    )
-    return choice.plan(base)
-
-
-def _evaluate(values: dict[str, Any], base: Plan, run: Callable[[Plan], Any]) -> _State | None:
-    plan = _plan(base, values)
-    try:
-        d = run(plan)
-    except SpecError:
-        return None
-    fits = d.capacity.fits
-    return _State(
-        dict(values),
-        plan,
-        fits,
-        d.estimate.memory.used_bytes,
-        d.phases[0].time_s,
-        d.binding if fits else f"capacity ({d.capacity.tier})",
-    )
-
-
-def _better(a: _State, b: _State) -> bool:
-    """Is ``a`` a better next state than ``b``? Fitting first, then less memory while not fitting, then time."""
-    if a.fits != b.fits:
-        return a.fits
-    if not a.fits:
-        return a.memory < b.memory
-    return a.time < b.time
-
-
-def _describe(field: str, before: Any, after: Any) -> str:
-    names = {
-        "tp": "tensor parallel",
-        "pp": "pipeline parallel",
-        "zero": "ZeRO stage",
-        "micro_batch": "micro-batch",
-        "virtual_stages": "virtual pipeline stages",
-        "sequence_parallel": "sequence parallelism",
-        "recompute": "recomputation",
-        "compression": "gradient compression",
-        "optimizer_offload": "optimizer offload",
-        "activation_offload": "activation offload",
-    }
-    return f"{names[field]} {before} -> {after}"
+    ).plan(base)
 
 
 def training_chain(
     m: ModelSpec, job: TrainingJob, base: Plan, system: System, target: PlanChoice, start: Plan | None = None
 ) -> Chain:
-    """Greedy chain from ``start`` (default: :func:`baseline_plan`) to ``target``."""
+    """Greedy chain from ``start`` (default: the naive plan) to ``target``."""
 
-    def run(plan: Plan) -> Any:
-        return diagnose(price(training_ledger("chain", m, job, plan, system), system))
+    def run(values: dict[str, Any]) -> _State | None:
+        try:
+            d = diagnose(price(training_ledger("chain", m, job, _training_plan(base, values), system), system))
+        except SpecError:
+            return None
+        return _state(values, d, _TRAINING)
 
-    goal = _values(target.plan(base))
-    if start is not None:
-        state = _evaluate(_values(start), base, run)
-    else:  # plain data parallelism, or the smallest model-parallel layout the global batch allows
-        naive = _values(baseline_plan(base))
-        state = None
-        for tp, pp in sorted(layouts(m, system, base.ep), key=lambda x: (x[0] * x[1], x[1])):
-            state = _evaluate({**naive, "tp": tp, "pp": pp}, base, run)
-            if state is not None:
-                break
+    goal = _training_values(target.plan(base))
+    state = (
+        run(_training_values(start))
+        if start is not None
+        else _naive(m, system, base, run, _training_values(baseline_plan(base)))
+    )
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system (global batch divisible by dp)")
-    origin = dict(state.values)
-    steps: list[ChainStep] = []
-    while True:
-        todo = [f for f in MOVES if state.values[f] != goal[f]]
-        if not todo:
-            break
-        options = []
-        for f in todo:
-            nxt = _evaluate({**state.values, f: goal[f]}, base, run)
-            if nxt is not None:
-                options.append((f, nxt))
-        if options:
-            best_f, best = options[0]
-            for f, s in options[1:]:
-                if _better(s, best):
-                    best_f, best = f, s
-            fields = [best_f]
-        else:  # no single move is valid on its own (e.g. tp and pp must change together)
-            fields = todo
-            joint = _evaluate({**state.values, **{f: goal[f] for f in todo}}, base, run)
-            if joint is None:
-                raise SpecError("plan", "chain", "a reachable target plan")
-            best = joint
-        steps.append(_step(fields, state, best))
-        state = best
-    pathways: list[str] = []
-    for step in steps:
-        if not pathways or pathways[-1] != step.pathway:
-            pathways.append(step.pathway)
-    sentence = " -> ".join(f"{step.relieved} binds -> {step.change}" for step in steps)
-    sentence = (
-        sentence + f" -> {state.binding} binds" if steps else f"the baseline is the chosen plan; {state.binding} binds"
-    )
-    return Chain(
-        baseline=(
-            f"naive (tp {origin['tp']}, pp {origin['pp']}; no sharding, recomputation or exchange)"
-            if start is None
-            else "scenario's own"
-        ),
-        steps=steps,
-        pathways=pathways,
-        sentence=sentence,
-    )
+    return _greedy(_TRAINING, state, goal, run, _describe_start(state, start))
 
 
-_ORDER = {"recompute": ["none", "selective", "full"]}
+def _naive(
+    m: ModelSpec, system: System, base: Plan, run: Callable[[dict[str, Any]], _State | None], naive: dict[str, Any]
+) -> _State | None:
+    """The naive plan on the smallest model-parallel layout the job allows."""
+    for tp, pp in sorted(layouts(m, system, base.ep), key=lambda x: (x[0] * x[1], x[1])):
+        state = run({**naive, "tp": tp, "pp": pp})
+        if state is not None:
+            return state
+    return None
 
 
-def _applies(field: str, before: Any, after: Any) -> bool:
-    """Does the move apply more of the technique (True) or back it out (False)?"""
-    if field in _ORDER:
-        return _ORDER[field].index(after) > _ORDER[field].index(before)
-    if field == "compression":
-        return bool(after != "none")
-    return bool(after > before)
+def _describe_start(state: _State, start: Plan | None) -> str:
+    if start is not None:
+        return "scenario's own"
+    v = state.values
+    return f"naive (tp {v['tp']}, pp {v['pp']}; no sharding, quantization, offload or other exchange)"
 
 
-def _step(fields: list[str], before: _State, after: _State) -> ChainStep:
-    kinds = [MOVES[f] for f in fields]
-    info = CATALOG[kinds[0]]
-    pathway: str = info.pathway
-    spends, relieves = info.spends, info.relieves
-    if not _applies(fields[0], before.values[fields[0]], after.values[fields[0]]):  # backing out: the reverse trade
-        src, dst = pathway.split("->")
-        pathway, spends, relieves = f"{dst}->{src}", relieves, spends
-    change = ", ".join(_describe(f, before.values[f], after.values[f]) for f in fields)
-    if not before.fits and after.fits:
-        gain = f"now fits ({format_bytes(after.memory)} per device)"
-    elif not before.fits:
-        gain = f"memory {format_bytes(before.memory)} -> {format_bytes(after.memory)} per device, still too much"
+# ----------------------------------------------------------------------------- serving
+
+_FIXED = ("prefix-cache", "kv-compression", "weight-streaming")
+
+_SERVING = _Kind(
+    moves={
+        "tp": "tp",
+        "pp": "pp",
+        "batch": "batch",
+        "kv_offload": "kv-offload",
+        "weight_quantization": "weight-quantization",
+        "kv_quantization": "kv-quantization",
+        "prefix-cache": "prefix-cache",
+        "kv-compression": "kv-compression",
+        "weight-streaming": "weight-streaming",
+    },
+    names={
+        "tp": "tensor parallel",
+        "pp": "pipeline parallel",
+        "batch": "batch",
+        "kv_offload": "KV offload",
+        "weight_quantization": "weight quantization",
+        "kv_quantization": "KV quantization",
+        "prefix-cache": "prefix cache",
+        "kv-compression": "KV compression",
+        "weight-streaming": "weight streaming",
+    },
+    order={"weight_quantization": ["none", "fp8", "int8", "int4"], "kv_quantization": ["none", "fp8", "int8"]},
+    score=lambda d: 1.0 / d.estimate.serving.throughput_tokens_per_s if d.estimate.serving else 0.0,
+    show=lambda s: f"{1.0 / s:,.0f} tokens/s",
+)
+
+
+def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
+    kinds = {x.kind: x for x in plan.exchanges}
+    return {
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "batch": batch,
+        "kv_offload": getattr(kinds.get("kv-offload"), "fraction", 0.0),
+        "weight_quantization": getattr(kinds.get("weight-quantization"), "dtype", "none"),
+        "kv_quantization": getattr(kinds.get("kv-quantization"), "dtype", "none"),
+        **{k: k in kinds for k in _FIXED},
+    }
+
+
+def serving_chain(
+    m: ModelSpec, job: ServingJob, base: Plan, system: System, target: ServingChoice, start: Plan | None = None
+) -> Chain:
+    """Greedy chain from ``start`` (default: the naive plan) to ``target`` (with the scenario's fixed exchanges)."""
+
+    def run(values: dict[str, Any]) -> _State | None:
+        kept = [x for x in base.exchanges if x.kind in _FIXED and values[x.kind]]
+        plan = row_plan(
+            base.model_copy(update={"exchanges": kept}),
+            values["tp"],
+            values["pp"],
+            values["kv_offload"],
+            values["weight_quantization"],
+            values["kv_quantization"],
+        )
+        try:
+            led = serving_ledger("chain", m, job.model_copy(update={"batch": values["batch"]}), plan, system)
+            d = diagnose(price(led, system))
+        except SpecError:
+            return None
+        return _state(values, d, _SERVING)
+
+    goal = _serving_values(target.plan(base), target.batch)
+    first_batch = job.batch if isinstance(job.batch, int) else 1
+    if start is not None:
+        state = run(
+            _serving_values(
+                start.model_copy(
+                    update={"exchanges": [x for x in start.exchanges if x.kind in SEARCHED or x.kind in _FIXED]}
+                ),
+                first_batch,
+            )
+        )
     else:
-        gain = f"step {format_time(before.time)} -> {format_time(after.time)} ({before.time / after.time:.2f}x)"
-    sentence = (
-        f"{before.binding} bound; {change} [{pathway}: spends {spends}, relieves "
-        f"{relieves}]: {gain}; now {after.binding} binds."
-    )
-    return ChainStep(
-        change=change,
-        exchange="+".join(kinds),
-        pathway=pathway,
-        relieved=before.binding,
-        binds_after=after.binding,
-        fits_before=before.fits,
-        fits_after=after.fits,
-        memory_before_bytes=before.memory,
-        memory_after_bytes=after.memory,
-        time_before_s=before.time,
-        time_after_s=after.time,
-        sentence=sentence,
-    )
+        naive = _serving_values(base.model_copy(update={"tp": 1, "pp": 1, "exchanges": []}), first_batch)
+        state = _naive(m, system, base, run, naive)
+    if state is None:
+        raise SpecError("plan", "baseline", "a valid starting plan for this system")
+    return _greedy(_SERVING, state, goal, run, _describe_start(state, start))

@@ -242,6 +242,17 @@ CATALOG: dict[str, ExchangeInfo] = {
             "hidden",
             "Narayanan et al. 2021, section 2.2; Korthikanti et al. 2022, section 4.2.3",
         ),
+        ExchangeInfo(
+            "batch",
+            "larger batches",
+            "memory->compute",
+            "KV-cache bytes",
+            "weight reads per token (idle compute in decode)",
+            None,
+            "above",
+            "hidden",
+            "Pope et al. 2022, section 2 (decode arithmetic intensity grows with the batch)",
+        ),
     ]
 }
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from aitrinity.cost.ledger import Result
 from aitrinity.plan.chain import Chain
 from aitrinity.plan.search import SearchResult
+from aitrinity.plan.search_serving import ServingSearchResult
 
 
 class PlanReport(Result):
     scenario: str
-    search: SearchResult
+    kind: str
+    search: SearchResult | ServingSearchResult
     chain: Chain | None

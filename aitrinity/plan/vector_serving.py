@@ -64,6 +64,9 @@ class ServingPriced:
     tpot_s: F
     latency_s: F
     tokens_per_s: F
+    """Decode rate: batch x in-flight batches x replicas / TPOT."""
+    throughput_tokens_per_s: F
+    """End to end, prefill included: output tokens in flight / request latency."""
     hbm_bytes: F
     link_bytes: F
     usd_per_million_tokens: F
@@ -257,6 +260,7 @@ def price_rows(
         tpot_s=tpot,
         latency_s=latency,
         tokens_per_s=B * pp * replicas / tpot,
+        throughput_tokens_per_s=out_tokens / latency,
         hbm_bytes=hbm_mem,
         link_bytes=moved_pre + n_out * moved_dec,
         usd_per_million_tokens=usd,

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from aitrinity import api
 from aitrinity.cli.main import main
 
@@ -11,16 +13,16 @@ def test_builtin_training_chain_crosses_two_pathways():
     assert ch is not None and len(set(ch.pathways)) >= 2
     assert ch.steps[0].relieved == "capacity (hbm)" and ch.steps[0].pathway == "bandwidth->memory"
     link_step = next(s for s in ch.steps if s.pathway == "compute->bandwidth")
-    assert link_step.relieved.startswith("inter-node link") and link_step.time_after_s < link_step.time_before_s
+    assert link_step.relieved.startswith("inter-node link") and link_step.score_after < link_step.score_before
     assert ch.steps[-1].fits_after
     # each step starts where the previous one ended
     for a, b in zip(ch.steps, ch.steps[1:], strict=False):
-        assert a.binds_after == b.relieved and a.time_after_s == b.time_before_s
+        assert a.binds_after == b.relieved and a.score_after == b.score_before
 
 
 def test_chain_ends_at_the_best_plan():
     rep = api.plan("llama-70b-training-h100")
-    assert rep.chain.steps[-1].time_after_s == rep.search.best.step_time_s
+    assert rep.chain.steps[-1].score_after == rep.search.best.step_time_s
 
 
 def test_from_the_scenarios_own_plan_backs_out_with_the_reverse_pathway():
@@ -39,5 +41,20 @@ def test_cli_plan_explain_and_sweep(capsys):
     assert main(["plan", "llama-70b-training-h100", "--sweep", "link=25Gbit/s,400Gbit/s"]) == 0
     out = capsys.readouterr().out
     assert "25Gbit/s" in out and "<- plan changes" in out
-    assert main(["plan", "llama-70b-serving-long-context"]) == 2
-    assert "training workload" in capsys.readouterr().err
+    assert main(["plan", "llama-70b-serving-long-context", "--slo-tpot", "30ms"]) == 0
+    out = capsys.readouterr().out
+    assert "TTFT" in out and "TPOT above the SLO" in out
+    assert main(["plan", "llama-70b-training-h100", "--slo-ttft", "1s"]) == 2
+    assert "training" in capsys.readouterr().err
+
+
+def test_serving_chain_reuses_prefixes_where_prefill_compute_binds():
+    """On the built-in serving example the chain crosses memory -> compute (prefix reuse) where prefill binds."""
+    rep = api.plan("llama-70b-serving-long-context")
+    ch = rep.chain
+    prefix = next(s for s in ch.steps if s.exchange == "prefix-cache")
+    assert prefix.pathway == "memory->compute" and prefix.relieved == "compute"
+    assert prefix.score_after < prefix.score_before
+    assert len(set(ch.pathways)) >= 2
+    best = rep.search.best
+    assert ch.steps[-1].score_after == pytest.approx(1.0 / best.throughput_tokens_per_s)

@@ -16,12 +16,29 @@ from tests.conftest import make_system
 
 CASES = [
     ("llama-3.1-70b", 8, 8, 1, ServingJob(prompt_tokens=8192, output_tokens=512), {}, {"host_memory": "host-dram"}),
-    ("mixtral-8x7b", 8, 4, 2, ServingJob(prompt_tokens=2048, output_tokens=256), {"ep": 1},
-     {"host_memory": "host-dram", "per_node": 4, "overlap": "partial"}),
-    ("llama-3.1-8b", 2, 1, 1, ServingJob(prompt_tokens=4096, output_tokens=128),
-     {"exchanges": [{"kind": "prefix-cache", "hit_rate": 0.6, "tier": "remote"}, {"kind": "kv-compression",
-                                                                                  "bits": 4}]},
-     {"host_memory": "host-dram", "remote_pool": "remote-pool", "overlap": "sum"}),
+    (
+        "mixtral-8x7b",
+        8,
+        4,
+        2,
+        ServingJob(prompt_tokens=2048, output_tokens=256),
+        {"ep": 1},
+        {"host_memory": "host-dram", "per_node": 4, "overlap": "partial"},
+    ),
+    (
+        "llama-3.1-8b",
+        2,
+        1,
+        1,
+        ServingJob(prompt_tokens=4096, output_tokens=128),
+        {
+            "exchanges": [
+                {"kind": "prefix-cache", "hit_rate": 0.6, "tier": "remote"},
+                {"kind": "kv-compression", "bits": 4},
+            ]
+        },
+        {"host_memory": "host-dram", "remote_pool": "remote-pool", "overlap": "sum"},
+    ),
     ("deepseek-v3", 8, 8, 1, ServingJob(prompt_tokens=1024, output_tokens=64), {}, {}),
 ]
 
@@ -34,8 +51,12 @@ def test_every_row_matches_the_scalar_ledger(case):
     base = validate(Plan, plan_kw)
     grid = list(itertools.product([1, 3, 16, 64], [0.0, 0.5], range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES))))
     cols = list(zip(*grid, strict=True))
-    rows = ServingRows(batch=np.array(cols[0]), kv_offload=np.array(cols[1], dtype=float),
-                       weight_dtype=np.array(cols[2]), kv_dtype=np.array(cols[3]))
+    rows = ServingRows(
+        batch=np.array(cols[0]),
+        kv_offload=np.array(cols[1], dtype=float),
+        weight_dtype=np.array(cols[2]),
+        kv_dtype=np.array(cols[3]),
+    )
     got = price_rows(m, job, base, system, tp, pp, rows)
     checked = 0
     for i, (b, f, wq, kq) in enumerate(grid):
@@ -50,6 +71,7 @@ def test_every_row_matches_the_scalar_ledger(case):
         assert got.tpot_s[i] == pytest.approx(est.serving.tpot_s, rel=1e-9), grid[i]
         assert got.hbm_bytes[i] == pytest.approx(led.memory_bytes("hbm"), rel=1e-9), grid[i]
         assert got.tokens_per_s[i] == pytest.approx(est.serving.output_tokens_per_s, rel=1e-9)
+        assert got.throughput_tokens_per_s[i] == pytest.approx(est.serving.throughput_tokens_per_s, rel=1e-9)
         fits = est.memory.fits and all(t.fits for t in est.lower_tiers)
         assert bool(got.feasible[i]) == fits, (grid[i], got.reason[i])
         checked += 1

@@ -1,0 +1,188 @@
+"""Search serving plans: layout x batch x KV offload x weight and KV quantization, vectorized.
+
+Objectives: ``throughput`` (output tokens/s of the system, prefill included), ``latency`` (request
+latency), ``cost`` ($ per million output tokens), ``energy`` (J per output
+token), optionally under TTFT / TPOT service-level objectives. Exchanges the
+scenario's plan already lists (a prefix cache with its hit rate, KV
+compression, weight streaming) apply to every candidate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Literal
+
+import numpy as np
+
+from aitrinity.cost.ledger import Result
+from aitrinity.plan.search import ReasonCount, layouts, pareto_indices, quantize
+from aitrinity.plan.vector_serving import (
+    KV_DTYPES,
+    REASONS,
+    RESOURCES,
+    WEIGHT_DTYPES,
+    ServingPriced,
+    ServingRows,
+    price_rows,
+    row_plan,
+)
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Plan, ServingJob, System
+
+ServingObjective = Literal["throughput", "latency", "cost", "energy"]
+SERVING_OBJECTIVES: tuple[ServingObjective, ...] = ("throughput", "latency", "cost", "energy")
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+KV_OFFLOAD = (0.0, 0.25, 0.5, 0.75)
+
+
+class ServingChoice(Result):
+    tp: int
+    pp: int
+    replicas: int
+    batch: int
+    kv_offload: float
+    weight_quantization: str
+    kv_quantization: str
+    ttft_s: float
+    tpot_s: float
+    latency_s: float
+    tokens_per_s: float
+    throughput_tokens_per_s: float
+    hbm_bytes: float
+    link_bytes: float
+    usd_per_million_tokens: float | None
+    joules_per_token: float
+    binding: str
+
+    def plan(self, base: Plan) -> Plan:
+        return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
+
+
+class ServingSearchResult(Result):
+    objective: str
+    evaluated: int
+    feasible: int
+    elapsed_s: float
+    configs_per_s: float
+    best: ServingChoice | None
+    top: list[ServingChoice]
+    pareto: list[ServingChoice]
+    """Non-dominated over (request latency, device memory, bytes moved, $ or J per token, throughput)."""
+    infeasible: list[ReasonCount]
+
+
+def _grid(host: bool, batch: int | str) -> ServingRows:
+    batches = sorted({*BATCHES, batch} if isinstance(batch, int) else set(BATCHES))
+    grid = list(
+        itertools.product(batches, KV_OFFLOAD if host else (0.0,), range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES)))
+    )
+    cols = list(zip(*grid, strict=True))
+    return ServingRows(
+        batch=np.array(cols[0], dtype=np.int64),
+        kv_offload=np.array(cols[1], dtype=np.float64),
+        weight_dtype=np.array(cols[2], dtype=np.int64),
+        kv_dtype=np.array(cols[3], dtype=np.int64),
+    )
+
+
+def search_serving(
+    m: ModelSpec,
+    job: ServingJob,
+    base: Plan,
+    system: System,
+    objective: ServingObjective = "throughput",
+    top: int = 5,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+) -> ServingSearchResult:
+    start = time.perf_counter()
+    rows = _grid(system.host_memory is not None, job.batch)
+    tps, pps, parts = [], [], []
+    for tp, pp in layouts(m, system, base.ep):
+        parts.append(price_rows(m, job, base, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
+        tps.append(np.full(len(rows), tp))
+        pps.append(np.full(len(rows), pp))
+    k = len(parts)
+    priced = ServingPriced(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
+    )
+    tiled = ServingRows(*(np.tile(getattr(rows, f), k) for f in ServingRows.__dataclass_fields__))
+    tp_a, pp_a = np.concatenate(tps), np.concatenate(pps)
+    score = {
+        "throughput": -priced.throughput_tokens_per_s,
+        "latency": priced.latency_s,
+        "cost": priced.usd_per_million_tokens,
+        "energy": priced.joules_per_token,
+    }[objective]
+    idx = np.flatnonzero(priced.feasible & np.isfinite(score))
+    simple = (tiled.kv_offload > 0).astype(np.int64) + (tiled.weight_dtype > 0) + (tiled.kv_dtype > 0) + tp_a * pp_a
+    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], quantize(score[idx])))]
+    elapsed = time.perf_counter() - start
+    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
+    pts = quantize(
+        np.stack(
+            [
+                priced.latency_s[idx],
+                priced.hbm_bytes[idx],
+                priced.link_bytes[idx],
+                money[idx],
+                -priced.throughput_tokens_per_s[idx],
+            ],
+            axis=1,
+        )
+    )
+    position = np.empty(len(score), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    ranked = idx[np.argsort(position[idx])]
+    _, first = np.unique(pts[np.argsort(position[idx])], axis=0, return_index=True)
+    reps = ranked[first]
+    rep_pts = quantize(
+        np.stack(
+            [
+                priced.latency_s[reps],
+                priced.hbm_bytes[reps],
+                priced.link_bytes[reps],
+                money[reps],
+                -priced.throughput_tokens_per_s[reps],
+            ],
+            axis=1,
+        )
+    )
+    front = [int(reps[i]) for i in pareto_indices(rep_pts)] if len(reps) else []
+    counts = np.bincount(priced.reason, minlength=len(REASONS))
+
+    def choice(i: int) -> ServingChoice:
+        usd = float(priced.usd_per_million_tokens[i])
+        return ServingChoice(
+            tp=int(tp_a[i]),
+            pp=int(pp_a[i]),
+            replicas=system.num_devices // int(tp_a[i] * pp_a[i]),
+            batch=int(tiled.batch[i]),
+            kv_offload=float(tiled.kv_offload[i]),
+            weight_quantization=WEIGHT_DTYPES[int(tiled.weight_dtype[i])],
+            kv_quantization=KV_DTYPES[int(tiled.kv_dtype[i])],
+            ttft_s=float(priced.ttft_s[i]),
+            tpot_s=float(priced.tpot_s[i]),
+            latency_s=float(priced.latency_s[i]),
+            tokens_per_s=float(priced.tokens_per_s[i]),
+            throughput_tokens_per_s=float(priced.throughput_tokens_per_s[i]),
+            hbm_bytes=float(priced.hbm_bytes[i]),
+            link_bytes=float(priced.link_bytes[i]),
+            usd_per_million_tokens=None if np.isnan(usd) else usd,
+            joules_per_token=float(priced.joules_per_token[i]),
+            binding=RESOURCES[int(priced.binding[i])],
+        )
+
+    n = len(score)
+    return ServingSearchResult(
+        objective=objective,
+        evaluated=n,
+        feasible=len(idx),
+        elapsed_s=elapsed,
+        configs_per_s=n / elapsed,
+        best=choice(int(order[0])) if len(order) else None,
+        top=[choice(int(i)) for i in order[:top]],
+        pareto=[choice(i) for i in sorted(front, key=lambda i: int(position[i]))],
+        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
+    )

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from aitrinity import catalog
+from aitrinity.cost.estimate import price
+from aitrinity.cost.serving import serving_ledger
+from aitrinity.plan.search_serving import search_serving
+from aitrinity.spec.scenario import Plan, ServingJob
+from tests.conftest import make_system
+
+
+def test_every_returned_serving_plan_is_feasible_under_the_scalar_model():
+    m = catalog.model("llama-3.1-70b")
+    job = ServingJob(prompt_tokens=8192, output_tokens=512, batch=16)
+    system = make_system(n=8, host_memory="host-dram")
+    res = search_serving(m, job, Plan(), system, "throughput", top=8, tpot_slo_s=0.05)
+    assert res.best is not None
+    for c in [*res.top, *res.pareto]:
+        led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), c.plan(Plan()), system)
+        est = price(led, system)
+        assert est.memory.fits and all(t.fits for t in est.lower_tiers)
+        assert est.serving.tpot_s <= 0.05
+        assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
+    # the best is the most throughput among feasible plans
+    assert res.best.throughput_tokens_per_s == max(c.throughput_tokens_per_s for c in res.pareto)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency", "cost", "energy"])
+def test_serving_search_equals_brute_force(objective):
+    from aitrinity.plan import search_serving as ss
+    from aitrinity.plan.vector_serving import KV_DTYPES, WEIGHT_DTYPES, row_plan
+
+    m = catalog.model("llama-3.1-8b")
+    job = ServingJob(prompt_tokens=2048, output_tokens=128, batch=4)
+    system = make_system(n=2, host_memory="host-dram")
+    res = search_serving(m, job, Plan(), system, objective)
+    best_key, best = None, None
+    from aitrinity.plan.search import layouts, quantize
+
+    for tp, pp in layouts(m, system, 1):
+        for b in sorted({*ss.BATCHES, 4}):
+            for f in ss.KV_OFFLOAD:
+                for w in WEIGHT_DTYPES:
+                    for k in KV_DTYPES:
+                        from aitrinity.errors import SpecError
+
+                        try:
+                            led = serving_ledger(
+                                "s", m, job.model_copy(update={"batch": b}), row_plan(Plan(), tp, pp, f, w, k), system
+                            )
+                        except SpecError:
+                            continue
+                        est = price(led, system)
+                        if not (est.memory.fits and all(t.fits for t in est.lower_tiers)):
+                            continue
+                        s = est.serving
+                        value = {
+                            "throughput": -s.throughput_tokens_per_s,
+                            "latency": s.request_latency_s,
+                            "cost": s.usd_per_million_output_tokens,
+                            "energy": s.joules_per_output_token,
+                        }[objective]
+                        simple = (f > 0) + (w != "none") + (k != "none") + tp * pp
+                        key = (quantize(np.array(value))[()], simple, quantize(np.array(led.memory_bytes()))[()])
+                        if best_key is None or key < best_key:
+                            best_key, best = key, (tp, pp, b, f, w, k)
+    got = res.best
+    assert (got.tp, got.pp, got.batch, got.kv_offload, got.weight_quantization, got.kv_quantization) == best
