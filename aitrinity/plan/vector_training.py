@@ -114,6 +114,35 @@ class _Layout:
     sync: dict[str, GradSync]
 
 
+_SYNC_CACHE: dict[tuple[str, str], dict[str, GradSync]] = {}
+
+
+def _syncs(m: ModelSpec, grads_dtype: str) -> dict[str, GradSync]:
+    """The compressors' effects depend on the architecture and the gradient dtype only: computed once."""
+    key = (m.model_dump_json(include=_ARCH), grads_dtype)
+    if key not in _SYNC_CACHE:
+        base = Plan.model_validate({"grad_dtype": grads_dtype})
+        _SYNC_CACHE[key] = {c: grad_sync(m, _plan_for(base, 1, 1, "none", False, c)) for c in COMPRESSION}
+    return _SYNC_CACHE[key]
+
+
+_ARCH = {
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "mlp",
+    "tie_embeddings",
+    "moe",
+    "mla",
+    "qkv_bias",
+    "linear_bias",
+}
+
+
 def _layout(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: int, pp: int) -> _Layout:
     dp = system.num_devices // (tp * pp)
     lay = Layout(tp, pp, dp, base.ep, 1, 1)
@@ -137,7 +166,7 @@ def _layout(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: int,
         score = (dl + ml) / m.num_layers * score_flops_per_query(m, job.seq_len)
         if per_tok + score > best[0]:
             best = (per_tok + score, per_tok, score)
-    sync = {c: grad_sync(m, _plan_for(base, tp, pp, "none", False, c)) for c in COMPRESSION}
+    sync = _syncs(m, base.grads_dtype)
     return _Layout(
         tp,
         pp,
@@ -171,10 +200,10 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
     k_opt = optimizer_bytes_per_param(base)
 
     # --- memory per stage; the peak stage is the busiest device
+    key = rec * 2 + sp  # (recompute, sequence parallel) -> 0..5
+
     def per_layer(table: dict[tuple[int, bool], float]) -> F:
-        out = np.empty(n)
-        for (ri, spv), v in table.items():
-            out[(rec == ri) & (sp == spv)] = v
+        out: F = np.array([table[(ri, spv)] for ri in range(3) for spv in (False, True)])[key]
         return out
 
     full_ws = per_layer({(ri, spv): L.act_dense[(0, spv)] for ri in range(3) for spv in (False, True)})

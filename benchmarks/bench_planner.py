@@ -1,0 +1,153 @@
+"""Planner speed: configurations priced per second of wall time, next to llm-analysis on the same configurations.
+
+Our side: `search_training` / `search_serving` on the built-in examples (every
+candidate priced, feasibility checked, ranked, Pareto front taken), numpy
+pinned to one thread. llm-analysis side, in a child process of this one (same
+process group, its own environment): `train()` / `infer()` called once per
+configuration over the subset of the same space it can express (tp, pp,
+micro-batch, ZeRO stage, recomputation; batch for inference). Both sides report
+configurations per second; the ratio is printed. Then the memory and latency
+figures of both tools for shared cases are printed side by side
+(benchmarks/compare_llm_analysis.py). Goal (issue 3): >= 1,000,000 per second.
+
+    python -m venv /tmp/la && /tmp/la/bin/pip install llm-analysis
+    python benchmarks/bench_planner.py --llm-analysis-python /tmp/la/bin/python [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+from aitrinity import api  # noqa: E402
+from aitrinity.plan.search import search_training  # noqa: E402
+from aitrinity.plan.search_serving import search_serving  # noqa: E402
+
+GOAL = 1_000_000
+
+LA_CHILD = r"""
+import itertools, json, logging, sys, time
+logging.disable(logging.CRITICAL)
+from llm_analysis.analysis import train, infer
+kind, limit = sys.argv[1], int(sys.argv[2])
+done = failed = 0
+start = time.perf_counter()
+if kind == "train":
+    space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 4, 8], [0, 1, 2, 3], [0, 1, 2])
+    for tp, pp, mb, zero, rec in itertools.islice(space, limit):
+        try:
+            train(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb", dtype_name="w16a16e16",
+                  log_level="ERROR", batch_size_per_gpu=mb, global_batch_size=128, seq_len=4096, ds_zero=zero,
+                  tp_size=tp, pp_size=pp, total_num_gpus=256, activation_recomputation=rec,
+                  flops_efficiency=0.7, hbm_memory_efficiency=0.85)
+        except Exception:
+            failed += 1
+        done += 1
+else:
+    space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64], [1])
+    for tp, b, _ in itertools.islice(space, limit):
+        try:
+            infer(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb", dtype_name="w16a16e16",
+                  log_level="ERROR", batch_size_per_gpu=b, seq_len=8192, num_tokens_to_generate=512, tp_size=tp,
+                  flops_efficiency=0.7, hbm_memory_efficiency=0.85)
+        except Exception:
+            failed += 1
+        done += 1
+elapsed = time.perf_counter() - start
+print(json.dumps({"configs": done, "failed": failed, "elapsed_s": elapsed, "configs_per_s": done / elapsed}))
+"""
+
+
+def ours(repeats: int) -> dict[str, dict[str, float]]:
+    out = {}
+    r = api.resolve("llama-70b-training-h100")
+    job = r.scenario.workload.training
+    assert job is not None
+    search_training(r.model, job, r.scenario.plan, r.system)  # warm caches and imports
+    best = min(
+        (search_training(r.model, job, r.scenario.plan, r.system) for _ in range(repeats)),
+        key=lambda res: res.elapsed_s,
+    )
+    out["training (llama-70b-training-h100)"] = {
+        "configs": best.evaluated,
+        "elapsed_s": best.elapsed_s,
+        "configs_per_s": best.configs_per_s,
+    }
+    s = api.resolve("llama-70b-serving-long-context")
+    sjob = s.scenario.workload.serving
+    assert sjob is not None
+    search_serving(s.model, sjob, s.scenario.plan, s.system)
+    sbest = min(
+        (search_serving(s.model, sjob, s.scenario.plan, s.system) for _ in range(repeats)),
+        key=lambda res: res.elapsed_s,
+    )
+    out["serving (llama-70b-serving-long-context)"] = {
+        "configs": sbest.evaluated,
+        "elapsed_s": sbest.elapsed_s,
+        "configs_per_s": sbest.configs_per_s,
+    }
+    return out
+
+
+def theirs(python: str, kind: str, limit: int) -> dict[str, float]:
+    done = subprocess.run([python, "-c", LA_CHILD, kind, str(limit)], capture_output=True, text=True, check=True)
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llm-analysis-python", help="a Python with llm-analysis installed; omitted: ours only")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    report: dict[str, object] = {"aitrinity": ours(args.repeats)}
+    if args.llm_analysis_python:
+        report["llm-analysis"] = {
+            "training": theirs(args.llm_analysis_python, "train", 768),
+            "serving": theirs(args.llm_analysis_python, "infer", 28),
+        }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{'tool / workload':48s} {'configs':>9s} {'seconds':>9s} {'configs/s':>12s}")
+    for name, r in report["aitrinity"].items():  # type: ignore[union-attr]
+        print(f"{'aitrinity ' + name:48s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}")
+    la = report.get("llm-analysis")
+    if isinstance(la, dict):
+        for name, r in la.items():
+            print(
+                f"{'llm-analysis ' + name:48s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}"
+            )
+        ours_t = report["aitrinity"]["training (llama-70b-training-h100)"]["configs_per_s"]  # type: ignore[index]
+        ours_s = report["aitrinity"]["serving (llama-70b-serving-long-context)"]["configs_per_s"]  # type: ignore[index]
+        print(
+            f"speed ratio, training: {ours_t / la['training']['configs_per_s']:,.0f}x; "
+            f"serving: {ours_s / la['serving']['configs_per_s']:,.0f}x"
+        )
+    best = max(r["configs_per_s"] for r in report["aitrinity"].values())  # type: ignore[union-attr]
+    print(f"goal: >= {GOAL:,} configs/s on one core -> {'met' if best >= GOAL else 'MISSED'} ({best:,.0f})")
+    if args.llm_analysis_python:
+        print("\nmemory and latency figures, same configurations (benchmarks/compare_llm_analysis.py):")
+        sys.stdout.flush()
+        here = os.path.dirname(os.path.abspath(__file__))
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(here, "compare_llm_analysis.py"),
+                "--llm-analysis-python",
+                args.llm_analysis_python,
+            ],
+            check=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
