@@ -160,6 +160,10 @@ class _Table:
 
 
 def evaluate(m: ModelSpec, job: TrainingJob, base: Plan, system: System, space: Space = DEFAULT_SPACE) -> _Table:
+    if job.seq_len > m.max_seq_len:  # the one job check the layout-independent scalar path makes first
+        from aitrinity.errors import SpecError
+
+        raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
     rows = _rows(system.host_memory is not None, space)
     tps, pps, parts = [], [], []
     for tp, pp in layouts(m, system, base.ep):

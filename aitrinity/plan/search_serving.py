@@ -96,6 +96,13 @@ def search_serving(
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
 ) -> ServingSearchResult:
+    ctx = job.prompt_tokens + job.output_tokens
+    if ctx > m.max_seq_len:
+        from aitrinity.errors import SpecError
+
+        raise SpecError(
+            "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
+        )
     start = time.perf_counter()
     rows = _grid(system.host_memory is not None, job.batch)
     tps, pps, parts = [], [], []
