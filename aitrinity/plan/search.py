@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from aitrinity.cost.ledger import Result
+from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import COMPRESSION, REASONS, RECOMPUTE, RESOURCES, Priced, Rows, price_rows
 from aitrinity.spec.exchanges import ActivationOffload, GradientCompression, OptimizerOffload
 from aitrinity.spec.model import ModelSpec
@@ -218,32 +219,6 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
     )
 
 
-def pareto_indices(points: np.ndarray) -> list[int]:
-    """Indices of the non-dominated rows of ``points`` (minimise every column), in row order.
-
-    Sort by the first column, then sweep keeping a candidate unless an already
-    kept point is <= in every column (block-nested-loop skyline).
-    """
-    order = np.lexsort(points.T[::-1])
-    kept: list[int] = []
-    front = np.empty((0, points.shape[1]))
-    for i in order:
-        p = points[i]
-        if len(front) and np.any(np.all(front <= p, axis=1)):
-            continue
-        kept.append(int(i))
-        front = np.vstack([front, p])
-    return sorted(kept)
-
-
-def quantize(x: np.ndarray) -> np.ndarray:
-    """Values rounded to 9 significant digits, so that ties are ties whatever the summation order."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mag = np.where(x != 0, 10.0 ** (8 - np.floor(np.log10(np.abs(np.where(x != 0, x, 1.0))))), 1.0)
-    out: np.ndarray = np.round(x * mag) / mag
-    return out
-
-
 def complexity(rows: Rows) -> np.ndarray:
     """How many techniques a plan uses: the tie-break in favour of the simpler plan."""
     out: np.ndarray = (
@@ -280,18 +255,7 @@ def search_training(
     order = rank(score, t.priced.hbm_bytes, complexity(t.rows), idx)
     elapsed = time.perf_counter() - start
     money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
-    pts = quantize(
-        np.stack([t.priced.step_time_s[idx], t.priced.hbm_bytes[idx], t.priced.link_bytes[idx], money[idx]], axis=1)
-    )
-    # identical points: keep the best-ranked row of each, then the skyline
-    position = np.empty(len(t.rows.zero), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    _, first = np.unique(pts[np.argsort(position[idx])], axis=0, return_index=True)
-    reps = idx[np.argsort(position[idx])][first]
-    rep_pts = quantize(
-        np.stack([t.priced.step_time_s[reps], t.priced.hbm_bytes[reps], t.priced.link_bytes[reps], money[reps]], axis=1)
-    )
-    front = [int(reps[k]) for k in pareto_indices(rep_pts)] if len(reps) else []
+    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money])
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))
     n = len(score)
     return SearchResult(
@@ -302,6 +266,6 @@ def search_training(
         configs_per_s=n / elapsed,
         best=_choice(t, int(order[0]), system, job) if len(order) else None,
         top=[_choice(t, int(i), system, job) for i in order[:top]],
-        pareto=[_choice(t, i, system, job) for i in sorted(front, key=lambda i: int(position[i]))],
+        pareto=[_choice(t, i, system, job) for i in front],
         infeasible=[ReasonCount(reason=REASONS[k], count=int(c)) for k, c in enumerate(counts) if k and c],
     )

@@ -16,7 +16,8 @@ from typing import Literal
 import numpy as np
 
 from aitrinity.cost.ledger import Result
-from aitrinity.plan.search import ReasonCount, layouts, pareto_indices, quantize
+from aitrinity.plan.rows import frontier, quantize
+from aitrinity.plan.search import ReasonCount, layouts
 from aitrinity.plan.vector_serving import (
     KV_DTYPES,
     REASONS,
@@ -127,36 +128,9 @@ def search_serving(
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], quantize(score[idx])))]
     elapsed = time.perf_counter() - start
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    pts = quantize(
-        np.stack(
-            [
-                priced.latency_s[idx],
-                priced.hbm_bytes[idx],
-                priced.link_bytes[idx],
-                money[idx],
-                -priced.throughput_tokens_per_s[idx],
-            ],
-            axis=1,
-        )
+    front = frontier(
+        order, [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s]
     )
-    position = np.empty(len(score), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    ranked = idx[np.argsort(position[idx])]
-    _, first = np.unique(pts[np.argsort(position[idx])], axis=0, return_index=True)
-    reps = ranked[first]
-    rep_pts = quantize(
-        np.stack(
-            [
-                priced.latency_s[reps],
-                priced.hbm_bytes[reps],
-                priced.link_bytes[reps],
-                money[reps],
-                -priced.throughput_tokens_per_s[reps],
-            ],
-            axis=1,
-        )
-    )
-    front = [int(reps[i]) for i in pareto_indices(rep_pts)] if len(reps) else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
 
     def choice(i: int) -> ServingChoice:
@@ -190,6 +164,6 @@ def search_serving(
         configs_per_s=n / elapsed,
         best=choice(int(order[0])) if len(order) else None,
         top=[choice(int(i)) for i in order[:top]],
-        pareto=[choice(i) for i in sorted(front, key=lambda i: int(position[i]))],
+        pareto=[choice(i) for i in front],
         infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
     )

@@ -21,6 +21,7 @@ from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, toke
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import count
 from aitrinity.cost.serving import CHANNEL_OF_TIER, effects, logits_bytes_per_sequence, prefill_workspace_bytes
+from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
@@ -85,18 +86,6 @@ def row_plan(base: Plan, tp: int, pp: int, f: float, wq: str, kq: str) -> Plan:
     if kq != "none":
         ex.append(KVQuantization(kind="kv-quantization", dtype=kq))
     return base.model_copy(update={"tp": tp, "pp": pp, "dp": None, "exchanges": ex})
-
-
-def _combine(times: list[F], system: System) -> F:
-    stacked = np.stack(times)
-    hi, total = stacked.max(axis=0), stacked.sum(axis=0)
-    if system.overlap == "max":
-        out: F = hi
-    elif system.overlap == "sum":
-        out = total
-    else:
-        out = hi + (1.0 - system.overlap_fraction) * (total - hi)
-    return out
 
 
 def price_rows(
@@ -184,7 +173,7 @@ def price_rows(
             links = np.maximum(links, t)
             moved = moved + c_bytes[ch]
         binding: Ints = np.argmax(np.stack([compute, times[1], links]), axis=0)
-        return _combine(times, system), moved, binding
+        return combine(times, system), moved, binding
 
     # --- prefill
     cached = int(fx.prefix_hit * P)
@@ -250,9 +239,7 @@ def price_rows(
         (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv)),
         (f > 0) & (host_cap is None),
     ]
-    reason = np.zeros(n, dtype=np.int64)
-    for i in range(len(checks) - 1, -1, -1):
-        reason = np.where(checks[i], i + 1, reason)
+    reason = first_failed(checks, n)
     return ServingPriced(
         feasible=reason == 0,
         reason=reason,

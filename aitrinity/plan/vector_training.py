@@ -25,6 +25,7 @@ from aitrinity.cost.effects import GradSync, grad_sync
 from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query
 from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
 from aitrinity.cost.training import Layout, stage_layers, stage_params
+from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
@@ -327,16 +328,8 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
             continue
         spec = system.channel(c)
         times.append(ch_msgs[c] * spec.latency_s + ch_bytes[c] / spec.bandwidth_Bps)
-    stacked = np.stack(times)
-    hi, total = stacked.max(axis=0), stacked.sum(axis=0)
-    if system.overlap == "max":
-        phase = hi
-    elif system.overlap == "sum":
-        phase = total
-    else:
-        phase = hi + (1.0 - system.overlap_fraction) * (total - hi)
     bubble = (p - 1) / (mb * v) * times[0]
-    step = phase + bubble  # the overlap models of estimate.combine(), row-wise
+    step = combine(times, system) + bubble
 
     # --- feasibility, first failed constraint wins
     heavy = np.array([c in ("topk", "sign", "powersgd") for c in COMPRESSION])[comp]
@@ -350,9 +343,7 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         sp & (t == 1),
         (m.num_layers % (p * rows.virtual_stages)) != 0,
     ]
-    reason = np.zeros(n, dtype=np.int64)
-    for i in range(len(checks) - 1, -1, -1):
-        reason = np.where(checks[i], i + 1, reason)
+    reason = first_failed(checks, n)
     nodes = system.num_devices
     price = system.price_per_hour_usd
     return Priced(
@@ -363,7 +354,7 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         host_bytes=host_mem,
         link_bytes=ch_bytes["intra_node"] + ch_bytes["inter_node"] + ch_bytes["host"],
         compute_s=times[0],
-        binding=np.argmax(stacked, axis=0),
+        binding=np.argmax(np.stack(times), axis=0),
         usd_per_step=step * (price * nodes / 3600.0 if price is not None else np.nan),
         joules_per_step=step * system.power_W * nodes,
     )

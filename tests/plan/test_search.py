@@ -7,7 +7,8 @@ from aitrinity import catalog
 from aitrinity.cost.estimate import price
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
-from aitrinity.plan.search import Space, complexity, evaluate, pareto_indices, quantize, search_training
+from aitrinity.plan.rows import pareto_indices, quantize
+from aitrinity.plan.search import Space, complexity, evaluate, search_training
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
