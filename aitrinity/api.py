@@ -52,7 +52,33 @@ def resolve(scenario: Scenario | str | Path, base: Path | None = None, overrides
         model = catalog.model(scenario.workload.model, base)
     except UnknownNameError as e:
         raise e.at("workload.model") from None
+    scenario = _replay_prefix_traces(scenario, model, base)
     return Resolved(scenario, model, ov.apply_hardware(resolve_system(scenario.system, base), hardware))
+
+
+def _replay_prefix_traces(scenario: Scenario, model: ModelSpec, base: Path | None) -> Scenario:
+    """Turn a prefix cache given by (trace, capacity) into its replayed hit rate."""
+    from aitrinity.spec.exchanges import PrefixCache
+
+    if not any(isinstance(x, PrefixCache) and x.trace for x in scenario.plan.exchanges):
+        return scenario
+    from aitrinity import traces
+    from aitrinity.cost.memory import kv_bytes_per_token
+    from aitrinity.cost.prefix_reuse import replay
+
+    out = []
+    for x in scenario.plan.exchanges:
+        if isinstance(x, PrefixCache) and x.trace:
+            path = Path(x.trace)
+            if base is not None and not path.is_absolute() and (base / path).is_file():
+                path = base / path
+            tokens = None
+            if x.capacity is not None:
+                tokens = int(x.capacity // kv_bytes_per_token(model, scenario.plan.cache_dtype))
+            result = replay(traces.load(path), tokens, x.block_tokens)
+            x = x.model_copy(update={"hit_rate": result.token_hit_rate})
+        out.append(x)
+    return scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"exchanges": out})})
 
 
 def ledger(r: Resolved) -> Ledger:

@@ -157,6 +157,16 @@ def parse_time(value: Quantity) -> float:
     return _parse(value, "a time", lambda unit, _: _TIME.get(unit), "use ns, us, ms, s, min, h")
 
 
+def parse_count(value: Quantity) -> float:
+    """A plain count with an optional decimal suffix: ``3M`` = 3e6, ``500k``, ``1.5G``, ``4096``."""
+    return _parse(
+        value,
+        "a count",
+        lambda unit, _: _DEC.get(unit) if unit in ("k", "K", "M", "G", "T") else None,
+        "use a number with an optional k, M, G or T",
+    )
+
+
 _PRICE = re.compile(r"^\s*(?P<pre>\$?)\s*" + _NUM + r"\s*(?P<post>\$|USD)?\s*/\s*(?P<per>h|hr|hour)\s*$")
 
 

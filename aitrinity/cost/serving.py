@@ -101,11 +101,17 @@ def effects(plan: Plan) -> tuple[Plan, ServingEffects]:
     return eff_plan, ServingEffects(
         kv_offload=Offload(kvo.tier, kvo.fraction) if isinstance(kvo, KVOffload) else None,
         weight_stream=Offload(ws.tier, ws.fraction) if isinstance(ws, WeightStreaming) else None,
-        prefix_hit=pc.hit_rate if isinstance(pc, PrefixCache) else 0.0,
+        prefix_hit=_hit_rate(pc) if isinstance(pc, PrefixCache) else 0.0,
         prefix_tier=pc.tier if isinstance(pc, PrefixCache) else "hbm",
         kv_wire_ratio=ratio,
         dequant_flops_per_weight=2.0 if isinstance(wq, WeightQuantization) else 0.0,
     )
+
+
+def _hit_rate(pc: PrefixCache) -> float:
+    if pc.hit_rate is None:  # the API replays the trace and fills it in before pricing
+        raise SpecError("plan.exchanges.prefix-cache.hit_rate", None, "a hit rate (replay the trace first)")
+    return pc.hit_rate
 
 
 NO_EFFECTS = ServingEffects(None, None, 0.0, "hbm", 1.0, 0.0)

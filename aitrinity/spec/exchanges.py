@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from aitrinity.spec._base import Fraction, Spec
+from aitrinity.spec._base import Bytes, Fraction, Spec
 
 Tier = Literal["host", "ssd", "remote"]
 
@@ -65,12 +65,28 @@ class WeightStreaming(Spec):
 
 
 class PrefixCache(Spec):
-    """Memory -> compute: reuse cached KV of shared prompt prefixes instead of recomputing prefill."""
+    """Memory -> compute: reuse cached KV of shared prompt prefixes instead of recomputing prefill.
+
+    Give the ``hit_rate`` directly, or a request ``trace`` (Mooncake JSONL) and the cache ``capacity``
+    in that tier: the hit rate is then replayed from the trace (LRU over full ``block_tokens`` blocks).
+    """
 
     kind: Literal["prefix-cache"]
-    hit_rate: float = Field(ge=0, lt=1)
+    hit_rate: float | None = Field(default=None, ge=0, lt=1)
     """Fraction of prompt tokens whose KV is found in the cache."""
     tier: Literal["hbm", "host", "ssd", "remote"] = "host"
+    trace: str | None = None
+    capacity: Bytes | None = None
+    """Cache capacity for the trace replay (KV bytes, whole model); omitted: unbounded."""
+    block_tokens: int = Field(default=512, gt=0)
+
+    @model_validator(mode="after")
+    def _source(self) -> PrefixCache:
+        if (self.hit_rate is None) == (self.trace is None):
+            raise ValueError("give exactly one of hit_rate or trace")
+        if self.capacity is not None and self.trace is None:
+            raise ValueError("capacity needs a trace to replay")
+        return self
 
 
 class KVCompression(Spec):

@@ -71,3 +71,12 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])
     assert e.value.code == 2
+
+
+def test_replay_command(capsys):
+    trace = EXAMPLES.parent / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+    assert main(["replay", str(trace), "--capacity", "3M,unbounded", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [round(r["token_hit_rate"], 3) for r in rows] == [0.143, 0.373]
+    assert main(["replay", str(trace), "--capacity", "lots"]) == 2
+    assert "count" in capsys.readouterr().err
