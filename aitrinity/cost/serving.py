@@ -83,6 +83,8 @@ class ServingEffects:
     kv_wire_ratio: float
     """Bytes on a link per KV byte (KV compression before transfer)."""
     dequant_flops_per_weight: float
+    prefix_capacity_bytes: float = 0.0
+    """A prefix cache given a capacity holds that many KV bytes in its tier (whole model)."""
 
 
 def effects(plan: Plan) -> tuple[Plan, ServingEffects]:
@@ -105,6 +107,7 @@ def effects(plan: Plan) -> tuple[Plan, ServingEffects]:
         prefix_tier=pc.tier if isinstance(pc, PrefixCache) else "hbm",
         kv_wire_ratio=ratio,
         dequant_flops_per_weight=2.0 if isinstance(wq, WeightQuantization) else 0.0,
+        prefix_capacity_bytes=(pc.capacity or 0.0) if isinstance(pc, PrefixCache) else 0.0,
     )
 
 
@@ -308,6 +311,15 @@ def _memory(m: ModelSpec, plan: Plan, fx: ServingEffects, bsz: int, prompt: int,
                 tier=fx.kv_offload.tier,
                 category="kv_cache",
                 bytes=kv * fx.kv_offload.fraction,
+            )
+        )
+    if fx.prefix_capacity_bytes:  # the replica's prefix cache, spread over its devices
+        tier = "hbm" if fx.prefix_tier == "hbm" else fx.prefix_tier
+        items.append(
+            MemoryItem(
+                tier=tier,
+                category="kv_cache",
+                bytes=fx.prefix_capacity_bytes / (plan.tp * plan.pp),
             )
         )
     return items

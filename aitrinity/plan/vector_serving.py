@@ -35,7 +35,7 @@ KV_DTYPES = ("none", "fp8", "int8")
 REASONS = (
     "feasible",
     "device memory",
-    "host memory",
+    "host (or lower-tier) memory",
     "TTFT above the SLO",
     "TPOT above the SLO",
     "quantization to no fewer bytes",
@@ -219,8 +219,10 @@ def price_rows(
     # prefill_workspace_bytes is linear in the chunk's tokens: its value for one token, times min(B·P, chunk)
     buffers = np.minimum(B * P, fplan.prefill_chunk_tokens) * prefill_workspace_bytes(m, fplan, 1)
     buffers = buffers + B * logits_bytes_per_sequence(m)
-    hbm_mem = weights * (1 - ws_frac) + kv_mem * (1 - f) + buffers
+    cache_share = fx.prefix_capacity_bytes / (tp * pp)
+    hbm_mem = weights * (1 - ws_frac) + kv_mem * (1 - f) + buffers + (cache_share if fx.prefix_tier == "hbm" else 0.0)
     host_mem = kv_mem * f + (weights * ws_frac if fx.weight_stream and fx.weight_stream.tier == "host" else 0.0)
+    host_mem = host_mem + (cache_share if fx.prefix_tier == "host" else 0.0)
 
     # --- metrics
     replicas = system.num_devices // (tp * pp)
@@ -233,7 +235,7 @@ def price_rows(
     host_cap = system.tier_capacity_per_device("host")
     checks = [
         hbm_mem > system.usable_memory_bytes,
-        host_mem > (host_cap or 0.0),
+        (host_mem > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, cache_share, n),
         ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
         tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
         (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv)),
@@ -254,3 +256,10 @@ def price_rows(
         joules_per_token=joules,
         binding=binding,
     )
+
+
+def _lower_tier_over(system: System, tier: str, share: float, n: int) -> NDArray[np.bool_]:
+    """A prefix cache in SSD or a remote pool that exceeds the device's share of that tier."""
+    if tier not in ("ssd", "remote") or not share:
+        return np.zeros(n, dtype=bool)
+    return np.full(n, share > (system.tier_capacity_per_device(tier) or 0.0))

@@ -77,15 +77,14 @@ class PrefixCache(Spec):
     tier: Literal["hbm", "host", "ssd", "remote"] = "host"
     trace: str | None = None
     capacity: Bytes | None = None
-    """Cache capacity for the trace replay (KV bytes, whole model); omitted: unbounded."""
+    """KV bytes (whole model) the cache holds in its tier: charged to that tier, and the replay's
+    capacity when a trace is given. Omitted: not charged, and an unbounded replay."""
     block_tokens: int = Field(default=512, gt=0)
 
     @model_validator(mode="after")
     def _source(self) -> PrefixCache:
         if (self.hit_rate is None) == (self.trace is None):
             raise ValueError("give exactly one of hit_rate or trace")
-        if self.capacity is not None and self.trace is None:
-            raise ValueError("capacity needs a trace to replay")
         return self
 
 

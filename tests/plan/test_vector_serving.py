@@ -40,6 +40,15 @@ CASES = [
         {"host_memory": "host-dram", "remote_pool": "remote-pool", "overlap": "sum"},
     ),
     ("deepseek-v3", 8, 8, 1, ServingJob(prompt_tokens=1024, output_tokens=64), {}, {}),
+    (
+        "llama-3.1-70b",
+        8,
+        4,
+        2,
+        ServingJob(prompt_tokens=8192, output_tokens=256),
+        {"exchanges": [{"kind": "prefix-cache", "hit_rate": 0.3, "tier": "host", "capacity": "600 GiB"}]},
+        {"host_memory": "host-dram"},
+    ),
 ]
 
 
