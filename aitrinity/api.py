@@ -168,6 +168,15 @@ def plan(
         raise SpecError("--objective", objective, f"one of {', '.join(SERVING_OBJECTIVES)} for serving")
     ttft = units.parse_time(ttft_slo) if ttft_slo else None
     tpot = units.parse_time(tpot_slo) if tpot_slo else None
-    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot)
+    requests = None
+    traced = [x for x in r.scenario.plan.exchanges if getattr(x, "trace", None)]
+    if traced:  # the search tries several cache sizes, replaying the trace for each
+        from aitrinity import traces
+
+        trace = Path(getattr(traced[0], "trace", ""))
+        if isinstance(scenario, str | Path) and Path(scenario).is_file() and not trace.is_absolute():
+            trace = Path(scenario).resolve().parent / trace
+        requests = traces.load(trace)
+    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, requests)
     schain = serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own) if sres.best else None
     return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain)

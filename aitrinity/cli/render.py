@@ -180,13 +180,15 @@ def _serving_row(c: Any) -> list[str]:
         extras.append(f"w:{c.weight_quantization}")
     if c.kv_quantization != "none":
         extras.append(f"kv:{c.kv_quantization}")
+    if c.prefix_capacity_bytes is not None:
+        extras.append(f"prefix {format_bytes(c.prefix_capacity_bytes)} (hit {c.prefix_hit_rate:.0%})")
     usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
     return [
         f"tp{c.tp} pp{c.pp} x{c.replicas}",
         " ".join(extras),
         format_time(c.ttft_s),
         format_time(c.tpot_s),
-        f"{c.tokens_per_s:,.0f}",
+        f"{c.throughput_tokens_per_s:,.0f}",
         format_bytes(c.hbm_bytes),
         usd,
         c.binding,

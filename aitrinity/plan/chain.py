@@ -354,8 +354,10 @@ def serving_chain(
 ) -> Chain:
     """Greedy chain from ``start`` (default: the naive plan) to ``target`` (with the scenario's fixed exchanges)."""
 
+    chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
+
     def run(values: dict[str, Any]) -> _State | None:
-        kept = [x for x in base.exchanges if x.kind in _FIXED and values[x.kind]]
+        kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
         plan = row_plan(
             base.model_copy(update={"exchanges": kept}),
             values["tp"],

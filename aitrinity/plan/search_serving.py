@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
 from aitrinity.cost.ledger import Result
+from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.prefix_reuse import replay
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.search import ReasonCount, layouts
 from aitrinity.plan.vector_serving import (
@@ -28,8 +31,10 @@ from aitrinity.plan.vector_serving import (
     price_rows,
     row_plan,
 )
+from aitrinity.spec.exchanges import PrefixCache
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System
+from aitrinity.traces import TraceRequest
 
 ServingObjective = Literal["throughput", "latency", "cost", "energy"]
 SERVING_OBJECTIVES: tuple[ServingObjective, ...] = ("throughput", "latency", "cost", "energy")
@@ -56,8 +61,54 @@ class ServingChoice(Result):
     joules_per_token: float
     binding: str
 
+    prefix_capacity_bytes: float | None = None
+    """The prefix cache's size when the search chose it (from a trace), else None."""
+    prefix_hit_rate: float | None = None
+
     def plan(self, base: Plan) -> Plan:
+        if self.prefix_capacity_bytes is not None:
+            base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
         return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
+
+
+def with_prefix(base: Plan, hit_rate: float, capacity: float) -> Plan:
+    """The plan with its prefix cache set to a hit rate and a capacity."""
+    ex = [
+        x.model_copy(update={"hit_rate": hit_rate, "capacity": capacity}) if isinstance(x, PrefixCache) else x
+        for x in base.exchanges
+    ]
+    return base.model_copy(update={"exchanges": ex})
+
+
+PREFIX_SHARES = (0.125, 0.25, 0.5, 1.0)
+"""Prefix-cache capacities tried: these fractions of the replica's share of the cache's tier."""
+
+
+def _prefix_options(
+    m: ModelSpec,
+    base: Plan,
+    system: System,
+    tp: int,
+    pp: int,
+    requests: Sequence[TraceRequest] | None,
+    replayed: dict[int, float],
+) -> list[tuple[Plan, float | None, float | None]]:
+    """(plan, capacity, hit rate) per prefix-cache size to try; the plan itself when there is nothing to vary."""
+    pc = next((x for x in base.exchanges if isinstance(x, PrefixCache)), None)
+    if pc is None or pc.trace is None or requests is None or pc.tier == "hbm":
+        return [(base, None, None)]
+    share = system.tier_capacity_per_device(pc.tier)
+    if share is None:
+        return [(base, None, None)]
+    per_token = kv_bytes_per_token(m, base.cache_dtype)
+    out: list[tuple[Plan, float | None, float | None]] = []
+    for frac in PREFIX_SHARES:
+        capacity = frac * share * tp * pp
+        tokens = int(capacity // per_token)
+        if tokens not in replayed:
+            replayed[tokens] = replay(requests, tokens, pc.block_tokens).token_hit_rate
+        out.append((with_prefix(base, replayed[tokens], capacity), capacity, replayed[tokens]))
+    return out
 
 
 class ServingSearchResult(Result):
@@ -96,7 +147,9 @@ def search_serving(
     top: int = 5,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
+    prefix_requests: Sequence[TraceRequest] | None = None,
 ) -> ServingSearchResult:
+    """``prefix_requests``: the trace of a trace-based prefix cache in ``base``; its capacity is then searched."""
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
         from aitrinity.errors import SpecError
@@ -106,12 +159,17 @@ def search_serving(
         )
     start = time.perf_counter()
     rows = _grid(system.host_memory is not None, job.batch)
-    tps, pps, parts = [], [], []
+    tps, pps, parts, caps, hits = [], [], [], [], []
+    replayed: dict[int, float] = {}
     for tp, pp in layouts(m, system, base.ep):
-        parts.append(price_rows(m, job, base, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
-        tps.append(np.full(len(rows), tp))
-        pps.append(np.full(len(rows), pp))
+        for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_requests, replayed):
+            parts.append(price_rows(m, job, plan, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
+            tps.append(np.full(len(rows), tp))
+            pps.append(np.full(len(rows), pp))
+            caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
+            hits.append(np.full(len(rows), np.nan if hit is None else hit))
     k = len(parts)
+    cap_a, hit_a = np.concatenate(caps), np.concatenate(hits)
     priced = ServingPriced(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
     )
@@ -153,6 +211,8 @@ def search_serving(
             usd_per_million_tokens=None if np.isnan(usd) else usd,
             joules_per_token=float(priced.joules_per_token[i]),
             binding=RESOURCES[int(priced.binding[i])],
+            prefix_capacity_bytes=None if np.isnan(cap_a[i]) else float(cap_a[i]),
+            prefix_hit_rate=None if np.isnan(hit_a[i]) else float(hit_a[i]),
         )
 
     n = len(score)

@@ -66,3 +66,25 @@ def test_serving_search_equals_brute_force(objective):
                             best_key, best = key, (tp, pp, b, f, w, k)
     got = res.best
     assert (got.tp, got.pp, got.batch, got.kv_offload, got.weight_quantization, got.kv_quantization) == best
+
+
+def test_prefix_cache_capacity_is_searched_from_the_trace():
+    from pathlib import Path
+
+    from aitrinity import traces
+    from aitrinity.spec._base import validate
+
+    trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+    m = catalog.model("llama-3.1-8b")
+    job = ServingJob(prompt_tokens=8192, output_tokens=256, batch=8)
+    system = make_system(n=2, host_memory="host-dram")
+    base = validate(Plan, {"exchanges": [{"kind": "prefix-cache", "tier": "host", "trace": str(trace)}]})
+    res = search_serving(m, job, base, system, "throughput", top=5, prefix_requests=traces.load(trace))
+    caps = {c.prefix_capacity_bytes for c in res.pareto}
+    assert len(caps) >= 2 and None not in caps
+    for c in res.top:
+        led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), c.plan(base), system)
+        est = price(led, system)
+        assert est.memory.fits and all(t.fits for t in est.lower_tiers)
+        assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
+        assert 0 < c.prefix_hit_rate < 0.4
