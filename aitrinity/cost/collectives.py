@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from aitrinity.cost.ledger import Traffic
+from aitrinity.cost.ledger import Channel, Traffic
 from aitrinity.spec.scenario import System
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"]
@@ -75,4 +75,17 @@ def traffic(
         group_size=n,
         bytes_per_device=times * bytes_sent(kind, payload, n),
         messages=times * steps(kind, n),
+    )
+
+
+def transfer(purpose: str, channel: Channel, nbytes: float, messages: float) -> Traffic:
+    """A point-to-point stream between a device and a memory tier (offload, streaming, cache loads)."""
+    return Traffic(
+        purpose=purpose,
+        collective="p2p",
+        channel=channel,
+        link=channel,
+        group_size=1,
+        bytes_per_device=nbytes,
+        messages=messages,
     )

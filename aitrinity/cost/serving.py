@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import find
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
-from aitrinity.cost.ledger import Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts, Traffic
+from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts, Traffic
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import count
 from aitrinity.errors import SpecError
@@ -57,7 +57,7 @@ from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, check_plan
 
-CHANNEL_OF_TIER = {"host": "host", "ssd": "storage", "remote": "remote"}
+CHANNEL_OF_TIER: dict[str, Channel] = {"host": "host", "ssd": "storage", "remote": "remote"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Offload:
     fraction: float
 
     @property
-    def channel(self) -> str:
+    def channel(self) -> Channel:
         return CHANNEL_OF_TIER[self.tier]
 
 
@@ -202,23 +202,11 @@ def _traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Tr
     return [t for t in found if t is not None]
 
 
-def _stream(purpose: str, channel: str, nbytes: float, messages: float) -> Traffic:
-    return Traffic(
-        purpose=purpose,
-        collective="p2p",
-        channel=channel,
-        link=channel,
-        group_size=1,
-        bytes_per_device=nbytes,
-        messages=messages,
-    )
-
-
 def _weight_stream(m: ModelSpec, plan: Plan, fx: ServingEffects, read: float, passes: int) -> list[Traffic]:
     ws = fx.weight_stream
     if not ws:
         return []
-    return [_stream("weight streaming", ws.channel, passes * ws.fraction * read * plan.pp, passes * m.num_layers)]
+    return [coll.transfer("weight streaming", ws.channel, passes * ws.fraction * read * plan.pp, passes * m.num_layers)]
 
 
 def prefill_phase(
@@ -241,12 +229,12 @@ def prefill_phase(
     traffic = _traffic(m, plan, system, batch * new) + _weight_stream(m, plan, fx, read, passes)
     if fx.prefix_tier != "hbm" and kv_loaded:
         ch = CHANNEL_OF_TIER[fx.prefix_tier]
-        traffic.append(_stream("prefix KV load", ch, kv_loaded * fx.kv_wire_ratio * plan.pp, m.num_layers))
+        traffic.append(coll.transfer("prefix KV load", ch, kv_loaded * fx.kv_wire_ratio * plan.pp, m.num_layers))
         hbm += 2 * kv_loaded * (fx.kv_wire_ratio < 1)  # decompress: read packed, write full
     if fx.kv_offload:
         off = fx.kv_offload
         traffic.append(
-            _stream(
+            coll.transfer(
                 "KV offload (write)", off.channel, off.fraction * kv_written * fx.kv_wire_ratio * plan.pp, m.num_layers
             )
         )
@@ -273,7 +261,9 @@ def decode_phase(
     if fx.kv_offload:
         off = fx.kv_offload
         moved = off.fraction * kv
-        traffic.append(_stream("KV offload (stream in)", off.channel, moved * fx.kv_wire_ratio * plan.pp, m.num_layers))
+        traffic.append(
+            coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire_ratio * plan.pp, m.num_layers)
+        )
         hbm += 2 * moved * (fx.kv_wire_ratio < 1)
     dequant = fx.dequant_flops_per_weight * read / BYTES_PER_DTYPE[plan.weights_dtype]
     return PhaseLedger(

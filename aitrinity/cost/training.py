@@ -30,7 +30,6 @@ from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, find, grad_sync
 from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import (
-    Channel,
     Flops,
     Ledger,
     MemoryItem,
@@ -187,18 +186,6 @@ def _grad_traffic(
     return out
 
 
-def _host(purpose: str, nbytes: float, messages: float, channel: Channel = "host") -> Traffic:
-    return Traffic(
-        purpose=purpose,
-        collective="p2p",
-        channel=channel,
-        link=channel,
-        group_size=1,
-        bytes_per_device=nbytes,
-        messages=messages,
-    )
-
-
 def _with_offloads(plan: Plan, memory: list[MemoryItem], params: float, sync: GradSync) -> list[MemoryItem]:
     """The memory items after the plan's offloads move categories to host memory, plus error-feedback buffers."""
     act_off = find(plan, "activation-offload")
@@ -280,11 +267,13 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     act_off = find(plan, "activation-offload")
     if offload_opt:  # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back,
         # and the CPU's Adam step streams the states through host DRAM (overlapped by the one-step delay, §4.2)
-        traffic.append(_host("optimizer offload: gradients down, weights up", g_dev + w_dev, 2.0))
+        traffic.append(coll.transfer("optimizer offload: gradients down, weights up", "host", g_dev + w_dev, 2.0))
         cpu = 2.0 * states.optimizer + g_dev + w_dev
-        traffic.append(_host("optimizer offload: CPU update", cpu, 1.0, channel="host_dram"))
+        traffic.append(coll.transfer("optimizer offload: CPU update", "host_dram", cpu, 1.0))
     if isinstance(act_off, ActivationOffload):  # saved activations out in forward, back in backward
-        traffic.append(_host("activation offload", 2.0 * act_off.fraction * per_mb_acts * mb, 2.0 * mb * layers))
+        traffic.append(
+            coll.transfer("activation offload", "host", 2.0 * act_off.fraction * per_mb_acts * mb, 2.0 * mb * layers)
+        )
 
     v = plan.virtual_stages
     phase = PhaseLedger(

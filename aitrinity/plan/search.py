@@ -137,17 +137,7 @@ def _rows(host: bool, space: Space) -> Rows:
             space.activation_offload if host else (0.0,),
         )
     )
-    cols = list(zip(*grid, strict=True))
-    return Rows(
-        micro_batch=np.array(cols[0], dtype=np.int64),
-        zero=np.array(cols[1], dtype=np.int64),
-        recompute=np.array(cols[2], dtype=np.int64),
-        sequence_parallel=np.array(cols[3], dtype=bool),
-        compression=np.array(cols[4], dtype=np.int64),
-        optimizer_offload=np.array(cols[5], dtype=bool),
-        virtual_stages=np.array(cols[6], dtype=np.int64),
-        activation_offload=np.array(cols[7], dtype=np.float64),
-    )
+    return Rows.from_grid(grid)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,14 @@ class Rows:
     def __len__(self) -> int:
         return len(self.micro_batch)
 
+    @classmethod
+    def from_grid(cls, grid: list[tuple[int, int, int, bool, int, bool, int, float]]) -> Rows:
+        """Rows from tuples (micro_batch, zero, recompute, sp, compression, optimizer offload, virtual stages,
+        activation offload)."""
+        cols = list(zip(*grid, strict=True))
+        types = (np.int64, np.int64, np.int64, np.bool_, np.int64, np.bool_, np.int64, np.float64)
+        return cls(*(np.array(c, dtype=t) for c, t in zip(cols, types, strict=True)))
+
 
 @dataclass(frozen=True)
 class Priced:

@@ -2,7 +2,6 @@
 
 import itertools
 
-import numpy as np
 import pytest
 
 from aitrinity import catalog
@@ -36,17 +35,7 @@ def _rows():
     grid = list(
         itertools.product([1, 2, 4], range(4), range(3), [False, True], range(3), [False, True], [1, 2], [0.0, 0.5])
     )
-    cols = list(zip(*grid, strict=True))
-    return Rows(
-        micro_batch=np.array(cols[0], dtype=np.int64),
-        zero=np.array(cols[1], dtype=np.int64),
-        recompute=np.array(cols[2], dtype=np.int64),
-        sequence_parallel=np.array(cols[3], dtype=bool),
-        compression=np.array(cols[4], dtype=np.int64),
-        optimizer_offload=np.array(cols[5], dtype=bool),
-        virtual_stages=np.array(cols[6], dtype=np.int64),
-        activation_offload=np.array(cols[7], dtype=np.float64),
-    ), grid
+    return Rows.from_grid(grid), grid
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[3]}-pp{c[4]}")
