@@ -153,7 +153,16 @@ def scenario(ref: str, base: Path | None = None) -> Scenario:
 
 
 def entry(ref: str) -> tuple[Kind, BaseModel]:
-    """Find ``ref`` in any kind (for ``trinity catalog show``)."""
+    """Find ``ref`` in any kind (for ``trinity catalog show``); a file is read as whichever kind it validates as."""
+    if _is_path(ref):
+        first: SpecError | None = None
+        for kind in KINDS:
+            try:
+                return kind, load_file(kind, ref, _TYPES[kind])
+            except SpecError as e:
+                first = first or e
+        assert first is not None
+        raise first
     for kind in KINDS:
         try:
             return kind, _load_entry(kind, canonical(kind, ref))

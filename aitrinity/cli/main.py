@@ -25,6 +25,7 @@ EPILOG = """examples:
   trinity explain SCENARIO --from scenario  the chain from your own plan to the best one
   trinity plan SCENARIO --sweep link=25Gbit/s,100Gbit/s,400Gbit/s   where the best plan changes
   trinity replay data/traces/mooncake_conversation_trace.jsonl --capacity 1M,3M,unbounded
+  trinity calibrate --quick -o me.yaml      measure this machine; use me.yaml as a device
   trinity catalog list models               catalog names of one kind
   trinity catalog show llama-3.1-70b        an entry with its derived figures
 """
@@ -130,6 +131,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--block", type=int, default=512, help="tokens per block (default 512, the trace's)")
     rp.add_argument("--json", action="store_true")
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure this machine and write a device profile",
+        description="Measure matmul FLOP/s per dtype across sizes, memory bandwidth, disk, "
+        "loopback TCP and codec throughput on this machine, and write a device "
+        "profile (YAML) the catalog accepts, with every measurement recorded.",
+    )
+    cal.add_argument("--quick", action="store_true", help="small sizes and few repeats (seconds, noisier)")
+    cal.add_argument("-o", "--output", metavar="FILE", help="write the profile here (default: print it)")
+    cal.add_argument("--name", help="the profile's device name (default: calibrated-<hostname>)")
+    cal.add_argument("--tdp", default="100 W", help="power to assume, not measured (default 100 W)")
+    cal.add_argument("--json", action="store_true")
 
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
@@ -238,6 +252,37 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from aitrinity import units
+    from aitrinity.systems.calibrate import calibrate
+
+    tdp = units.parse_power(args.tdp)
+    profile = calibrate(
+        quick=args.quick,
+        name=args.name,
+        tdp_W=tdp,
+        progress=lambda msg: print(f"trinity: measuring {msg}", file=sys.stderr),
+    )
+    data = profile.model_dump(mode="json")
+    text = (
+        _dump(data)
+        if args.json
+        else (
+            "# Device profile written by `trinity calibrate`; SI units (FLOP/s, bytes, B/s, W).\n"
+            + yaml.safe_dump(data, sort_keys=False)
+        )
+    )
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"trinity: wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     from aitrinity import catalog
 
@@ -271,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plan(args)
         if args.command == "replay":
             return _cmd_replay(args)
+        if args.command == "calibrate":
+            return _cmd_calibrate(args)
         return _cmd_catalog(args)
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)

@@ -47,6 +47,16 @@ class Efficiency(Spec):
         return self.compute * rows / (rows + self.compute_half_rows)
 
 
+class Measurement(Spec):
+    """One number a calibration measured: what, how and when."""
+
+    quantity: str
+    value: float
+    unit: str
+    method: str
+    measured_at: str
+
+
 class DeviceSpec(Spec):
     """An accelerator or a host CPU (one socket / one GPU)."""
 
@@ -66,6 +76,8 @@ class DeviceSpec(Spec):
     typical_intra_node_link: str = "pcie-5-x16"
     typical_inter_node_link: str = "ethernet-100g"
     typical_host_link: str = "pcie-5-x16"
+    measured: list[Measurement] = []
+    """Set by ``trinity calibrate``: every measurement behind the figures above."""
 
     @model_validator(mode="after")
     def _check(self) -> DeviceSpec:

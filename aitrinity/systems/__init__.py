@@ -1,0 +1,1 @@
+"""Real mechanisms and measurements (torch, sockets, files); optional dependencies are imported lazily."""

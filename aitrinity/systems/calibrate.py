@@ -1,0 +1,278 @@
+"""Measure the machine this runs on and write a device profile the catalog accepts.
+
+Every figure is a best-of-N wall-clock measurement on this process's CPU:
+
+* matmul FLOP/s per dtype (numpy fp64/fp32; torch bf16 when installed) for
+  GEMMs of ``m`` rows x 1024 x 1024, an efficiency curve over ``m`` fitted as
+  ``eff(m) = m / (m + half_rows)`` (the catalog's ``compute_half_rows``);
+* memory bandwidth, STREAM-style copy (2 bytes moved per byte) and triad
+  ``a = b + s c`` (3 per byte) on arrays far larger than the caches;
+* disk sequential write (with fsync) and read (after dropping the file's pages
+  with ``posix_fadvise``), on a temporary file;
+* loopback TCP throughput between two sockets of this process;
+* codec throughput: int8 quantization, top-1% selection, zstd and lz4 (when installed).
+
+The profile's peak FLOP/s are the best measured rates, its compute efficiency
+1.0 with the fitted ``compute_half_rows`` (fp32's), its memory bandwidth the
+better of copy and triad with efficiency 1.0: the measurements already are
+what is achievable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import platform
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aitrinity.spec.hardware import DeviceSpec, Efficiency, Measurement
+
+ROWS = (1, 4, 16, 64, 256, 1024)
+GEMM_K = 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    repeats: int
+    memory_bytes: int
+    disk_bytes: int
+    tcp_bytes: int
+    codec_bytes: int
+
+
+QUICK = Settings(repeats=3, memory_bytes=64 << 20, disk_bytes=64 << 20, tcp_bytes=64 << 20, codec_bytes=16 << 20)
+FULL = Settings(repeats=7, memory_bytes=512 << 20, disk_bytes=512 << 20, tcp_bytes=512 << 20, codec_bytes=64 << 20)
+
+
+def _best(fn: Callable[[], Any], repeats: int) -> float:
+    """Best wall time of ``repeats`` calls, after one warm-up."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def matmul_curve(dtype: str, repeats: int) -> dict[int, float] | None:
+    """FLOP/s of (m x K) @ (K x K) for each m in ROWS; None when the dtype is unavailable."""
+    out: dict[int, float] = {}
+    if dtype in ("fp64", "fp32"):
+        np_dtype = np.float64 if dtype == "fp64" else np.float32
+        b = np.random.default_rng(0).standard_normal((GEMM_K, GEMM_K)).astype(np_dtype)
+        for m in ROWS:
+            a = np.random.default_rng(1).standard_normal((m, GEMM_K)).astype(np_dtype)
+            t = _best(functools.partial(np.matmul, a, b), repeats)
+            out[m] = 2.0 * m * GEMM_K * GEMM_K / t
+        return out
+    try:
+        import torch
+    except ImportError:
+        return None
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    bt = torch.randn(GEMM_K, GEMM_K).to(tdt)
+    for m in ROWS:
+        at = torch.randn(m, GEMM_K).to(tdt)
+        t = _best(functools.partial(torch.matmul, at, bt), repeats)
+        out[m] = 2.0 * m * GEMM_K * GEMM_K / t
+    return out
+
+
+def fit_half_rows(curve: dict[int, float], min_rows: int = 16) -> tuple[float, float]:
+    """(peak, half_rows) for ``rate(m) = peak * m / (m + half_rows)``.
+
+    Least squares on ``1/rate = 1/peak + (half_rows/peak) (1/m)`` over GEMMs of at least
+    ``min_rows`` rows (thinner ones are matrix-vector products, bound by memory, not by the curve).
+    Degenerate data fall back to the best rate and a flat curve.
+    """
+    pts = sorted((m, r) for m, r in curve.items() if m >= min_rows)
+    if len(pts) >= 2:
+        x = np.array([1.0 / m for m, _ in pts])
+        y = np.array([1.0 / r for _, r in pts])
+        slope, intercept = np.polyfit(x, y, 1)
+        if intercept > 0 and slope >= 0:
+            return float(1.0 / intercept), float(slope / intercept)
+    return max(curve.values()), 0.0
+
+
+def memory_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
+    """(copy, triad) bytes/s, STREAM counting (copy moves 2 bytes per byte, triad 3)."""
+    n = nbytes // 8
+    a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
+    t_copy = _best(lambda: np.copyto(a, b), repeats)
+
+    def triad() -> None:
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+
+    t_triad = _best(triad, repeats)
+    # numpy's triad makes two passes (a = s c, then a += b): 5 x 8 bytes per element actually move
+    return 2.0 * n * 8 / t_copy, 5.0 * n * 8 / t_triad
+
+
+def disk_throughput(nbytes: int, repeats: int, directory: str | None = None) -> tuple[float, float]:
+    """(sequential write with fsync, sequential read of evicted pages) bytes/s."""
+    block = os.urandom(1 << 20)
+    writes, reads = [], []
+    with tempfile.TemporaryDirectory(dir=directory) as d:
+        path = os.path.join(d, "calibrate.bin")
+        for _ in range(max(repeats // 2, 1)):
+            t0 = time.perf_counter()
+            with open(path, "wb") as f:
+                for _ in range(nbytes >> 20):
+                    f.write(block)
+                f.flush()
+                os.fsync(f.fileno())
+            writes.append(time.perf_counter() - t0)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                t0 = time.perf_counter()
+                while os.read(fd, 8 << 20):
+                    pass
+                reads.append(time.perf_counter() - t0)
+            finally:
+                os.close(fd)
+    return nbytes / min(writes), nbytes / min(reads)
+
+
+def loopback_tcp(nbytes: int, repeats: int) -> float:
+    """Bytes/s through a TCP connection on 127.0.0.1 between two threads of this process."""
+    chunk = b"\0" * (1 << 20)
+    best = float("inf")
+    for _ in range(max(repeats // 2, 1)):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        received = [0]
+
+        def sink(server: socket.socket = server, received: list[int] = received) -> None:
+            conn, _ = server.accept()
+            with conn:
+                while data := conn.recv(1 << 20):
+                    received[0] += len(data)
+
+        thread = threading.Thread(target=sink)
+        thread.start()
+        client = socket.create_connection(("127.0.0.1", port))
+        t0 = time.perf_counter()
+        for _ in range(nbytes >> 20):
+            client.sendall(chunk)
+        client.shutdown(socket.SHUT_WR)
+        thread.join()
+        best = min(best, time.perf_counter() - t0)
+        client.close()
+        server.close()
+        if received[0] != (nbytes >> 20) << 20:
+            raise RuntimeError("loopback transfer lost bytes")
+    return nbytes / best
+
+
+def codecs(nbytes: int, repeats: int) -> dict[str, float]:
+    """Input bytes/s of each codec on fp32 gradient-like data."""
+    x = np.random.default_rng(0).standard_normal(nbytes // 4).astype(np.float32)
+    out: dict[str, float] = {}
+
+    def int8() -> None:
+        scale = float(np.abs(x).max()) / 127.0
+        np.round(x / scale).astype(np.int8)
+
+    out["int8 quantize"] = nbytes / _best(int8, repeats)
+    k = max(len(x) // 100, 1)
+    out["top-1% select"] = nbytes / _best(lambda: np.argpartition(np.abs(x), -k)[-k:], repeats)
+    raw = x.astype(np.float16).tobytes()
+    try:
+        import zstandard
+
+        cctx = zstandard.ZstdCompressor(level=1)
+        out["zstd-1 compress"] = len(raw) / _best(lambda: cctx.compress(raw), repeats)
+    except ImportError:
+        pass
+    try:
+        import lz4.frame
+
+        out["lz4 compress"] = len(raw) / _best(lambda: lz4.frame.compress(raw), repeats)
+    except ImportError:
+        pass
+    return out
+
+
+def calibrate(
+    quick: bool = False, name: str | None = None, tdp_W: float = 100.0, progress: Callable[[str], None] | None = None
+) -> DeviceSpec:
+    """Run every measurement and return the device profile."""
+    s = QUICK if quick else FULL
+    say = progress or (lambda _msg: None)
+    measured: list[Measurement] = []
+
+    def record(quantity: str, value: float, unit: str, method: str) -> None:
+        measured.append(Measurement(quantity=quantity, value=value, unit=unit, method=method, measured_at=_now()))
+
+    peaks: dict[str, float] = {}
+    half_rows = 0.0
+    for dtype in ("fp32", "fp64", "bf16"):
+        say(f"matmul {dtype}")
+        curve = matmul_curve(dtype, s.repeats)
+        if curve is None:
+            continue
+        for m, rate in curve.items():
+            record(
+                f"matmul {dtype} m={m}",
+                rate,
+                "FLOP/s",
+                f"best of {s.repeats}: ({m} x {GEMM_K}) @ ({GEMM_K} x {GEMM_K})",
+            )
+        peak, half = fit_half_rows(curve)
+        peaks[dtype] = peak
+        if dtype == "fp32":
+            half_rows = half
+    say("memory bandwidth")
+    copy, triad = memory_bandwidth(s.memory_bytes, s.repeats)
+    record("memory copy", copy, "B/s", f"numpy copyto of {s.memory_bytes >> 20} MiB, 2 bytes per byte")
+    record("memory triad", triad, "B/s", f"a = 3 c; a += b on {s.memory_bytes >> 20} MiB arrays")
+    say("disk")
+    write, read = disk_throughput(s.disk_bytes, s.repeats)
+    record("disk sequential write", write, "B/s", f"{s.disk_bytes >> 20} MiB in 1 MiB writes + fsync, temp dir")
+    record("disk sequential read", read, "B/s", "after posix_fadvise(DONTNEED), 8 MiB reads")
+    say("loopback TCP")
+    record(
+        "loopback TCP",
+        loopback_tcp(s.tcp_bytes, s.repeats),
+        "B/s",
+        f"{s.tcp_bytes >> 20} MiB over 127.0.0.1 between two threads",
+    )
+    say("codecs")
+    for codec, rate in codecs(s.codec_bytes, s.repeats).items():
+        record(f"codec {codec}", rate, "B/s", f"{s.codec_bytes >> 20} MiB of fp32 normal values (input bytes)")
+    mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    host = name or f"calibrated-{platform.node().lower() or 'host'}".replace("_", "-")
+    return DeviceSpec(
+        name=host,
+        kind="cpu",
+        vendor=platform.processor() or platform.machine() or "unknown",
+        source=f"trinity calibrate {'--quick ' if quick else ''}on {platform.node()} ({platform.machine()}, "
+        f"{os.cpu_count()} logical CPUs), {_now()}; TDP not measured (given: {tdp_W:g} W)",
+        peak_flops=peaks,
+        memory_kind="host DRAM",
+        memory_capacity_bytes=float(mem_total),
+        memory_bandwidth_Bps=max(copy, triad),
+        tdp_W=tdp_W,
+        efficiency=Efficiency(compute=1.0, compute_half_rows=half_rows, memory=1.0),
+        measured=measured,
+    )
