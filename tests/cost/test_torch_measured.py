@@ -16,7 +16,7 @@ from aitrinity.cost.memory import layer_activation_bytes, layer_activations  # n
 from aitrinity.cost.params import count  # noqa: E402
 from aitrinity.spec.model import ModelSpec  # noqa: E402
 from aitrinity.spec.scenario import Plan  # noqa: E402
-from tests.cost.torch_reference import Block, Decoder  # noqa: E402
+from aitrinity.systems.torch_models import Block, Decoder  # noqa: E402
 
 LLAMA = ModelSpec(
     name="tiny-llama",
