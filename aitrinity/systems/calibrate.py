@@ -2,7 +2,8 @@
 
 Every figure is a best-of-N wall-clock measurement on this process's CPU:
 
-* matmul FLOP/s per dtype (numpy fp64/fp32; torch bf16 when installed) for
+* matmul FLOP/s per dtype (with torch when installed -- the framework the
+  workloads run on -- else numpy for fp64/fp32) for
   GEMMs of ``m`` rows x 1024 x 1024, an efficiency curve over ``m`` fitted as
   ``eff(m) = m / (m + half_rows)`` (the catalog's ``compute_half_rows``);
 * memory bandwidth, STREAM-style copy (2 bytes moved per byte) and triad
@@ -68,28 +69,39 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def matmul_curve(dtype: str, repeats: int) -> dict[int, float] | None:
-    """FLOP/s of (m x K) @ (K x K) for each m in ROWS; None when the dtype is unavailable."""
+def matmul_curve(dtype: str, repeats: int, backend: str = "auto") -> dict[int, float] | None:
+    """FLOP/s of (m x K) @ (K x K) for each m in ROWS; None when the dtype is unavailable.
+
+    ``backend``: ``torch`` (the framework the workloads run on; its CPU GEMMs can differ from
+    numpy's BLAS by 2x), ``numpy``, or ``auto`` (torch when installed).
+    """
+    use_torch = backend == "torch" or (backend == "auto" and _has_torch())
     out: dict[int, float] = {}
-    if dtype in ("fp64", "fp32"):
-        np_dtype = np.float64 if dtype == "fp64" else np.float32
-        b = np.random.default_rng(0).standard_normal((GEMM_K, GEMM_K)).astype(np_dtype)
-        for m in ROWS:
-            a = np.random.default_rng(1).standard_normal((m, GEMM_K)).astype(np_dtype)
-            t = _best(functools.partial(np.matmul, a, b), repeats)
-            out[m] = 2.0 * m * GEMM_K * GEMM_K / t
-        return out
-    try:
+    if use_torch:
         import torch
-    except ImportError:
+
+        tdt = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        bt = torch.randn(GEMM_K, GEMM_K).to(tdt)
+        for m in ROWS:
+            at = torch.randn(m, GEMM_K).to(tdt)
+            out[m] = 2.0 * m * GEMM_K * GEMM_K / _best(functools.partial(torch.matmul, at, bt), repeats)
+        return out
+    if dtype not in ("fp64", "fp32"):
         return None
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    bt = torch.randn(GEMM_K, GEMM_K).to(tdt)
+    np_dtype = np.float64 if dtype == "fp64" else np.float32
+    b = np.random.default_rng(0).standard_normal((GEMM_K, GEMM_K)).astype(np_dtype)
     for m in ROWS:
-        at = torch.randn(m, GEMM_K).to(tdt)
-        t = _best(functools.partial(torch.matmul, at, bt), repeats)
-        out[m] = 2.0 * m * GEMM_K * GEMM_K / t
+        a = np.random.default_rng(1).standard_normal((m, GEMM_K)).astype(np_dtype)
+        out[m] = 2.0 * m * GEMM_K * GEMM_K / _best(functools.partial(np.matmul, a, b), repeats)
     return out
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def fit_half_rows(curve: dict[int, float], min_rows: int = 16) -> tuple[float, float]:
@@ -231,12 +243,13 @@ def calibrate(
         curve = matmul_curve(dtype, s.repeats)
         if curve is None:
             continue
+        lib = "torch" if _has_torch() else "numpy"
         for m, rate in curve.items():
             record(
                 f"matmul {dtype} m={m}",
                 rate,
                 "FLOP/s",
-                f"best of {s.repeats}: ({m} x {GEMM_K}) @ ({GEMM_K} x {GEMM_K})",
+                f"{lib}, best of {s.repeats}: ({m} x {GEMM_K}) @ ({GEMM_K} x {GEMM_K})",
             )
         peak, half = fit_half_rows(curve)
         peaks[dtype] = peak

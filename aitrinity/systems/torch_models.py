@@ -2,7 +2,7 @@
 
 Llama-style (RMSNorm, rotary-free attention with native GQA, SwiGLU MLP, untied
 LM head) or GPT-style (LayerNorm, GELU MLP, biases). Random weights; only the
-shapes and the operations matter. Used by tests only (torch is an optional extra).
+shapes and the operations matter. Used by the validation tests (torch is an optional extra: import this module only where torch is installed).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ class _FusedRMSNorm(torch.autograd.Function):
     """RMSNorm that saves what fused kernels (Apex, Transformer Engine) save: the input and 1/rms."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps):  # type: ignore[no-untyped-def, override]
+    def forward(ctx, x, weight, eps):  # type: ignore[no-untyped-def]
         rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
         return (x.float() * rstd).to(x.dtype) * weight
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
         x, weight, rstd = ctx.saved_tensors
         xhat = x.float() * rstd
         g = grad.float() * weight.float()
