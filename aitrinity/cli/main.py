@@ -145,6 +145,20 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--tdp", default="100 W", help="power to assume, not measured (default 100 W)")
     cal.add_argument("--json", action="store_true")
 
+    va = sub.add_parser(
+        "validate",
+        help="measured vs predicted on real torch workloads on this CPU",
+        description="Build small decoders from configs (random weights) and measure parameters, "
+        "FLOPs, saved activations, KV-cache bytes and prefill / train-step / decode-step "
+        "times against the cost model's predictions on a calibrated profile.",
+    )
+    va.add_argument(
+        "--profile", metavar="FILE", help="device profile from trinity calibrate (default: calibrate now, quickly)"
+    )
+    va.add_argument("--quick", action="store_true", help="two small models only")
+    va.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
+    va.add_argument("--json", action="store_true")
+
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     cl = csub.add_parser("list", help="names of one kind, or of every kind")
@@ -283,6 +297,41 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SpecError("validate", "torch", "torch installed (pip install -e '.[torch]')") from None
+    from aitrinity.catalog.loader import resolve_system
+    from aitrinity.spec.scenario import SystemInput
+    from aitrinity.systems import validate as v
+
+    def say(msg: str) -> None:
+        print(f"trinity: {msg}", file=sys.stderr)
+
+    device = args.profile
+    if device is None:
+        from aitrinity.systems.calibrate import calibrate
+
+        say("no --profile: calibrating this machine (quick)")
+        device = calibrate(quick=True).model_dump(mode="json")
+        import tempfile
+
+        import yaml
+
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(device, f)
+        device = f.name
+    system = resolve_system(SystemInput(device=device, num_devices=1, devices_per_node=1))
+    report = v.validate(system, quick=args.quick, progress=lambda m: say(f"validating {m}"))
+    table = v.markdown(report)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(table + "\n")
+    print(_dump(report.model_dump(mode="json")) if args.json else table)
+    return 0 if not report.failed else 1
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     from aitrinity import catalog
 
@@ -318,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_replay(args)
         if args.command == "calibrate":
             return _cmd_calibrate(args)
+        if args.command == "validate":
+            return _cmd_validate(args)
         return _cmd_catalog(args)
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)

@@ -95,6 +95,7 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
     top = max(res, key=lambda r: r.time_s)
     others = [r.time_s for r in res if r is not top]
     free = combine(others, ph.overlap, overlap_fraction) + (ph.bubble_s if top.kind != "compute" else 0.0)
+    free += ph.dispatch_s
     uses = [
         ResourceUse(
             resource=r.resource, kind=r.kind, time_s=r.time_s, utilization=r.time_s / ph.time_s if ph.time_s else 0.0

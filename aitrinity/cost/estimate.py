@@ -8,7 +8,8 @@ Time of each resource in a phase:
 
 The overlap model combines them (DESIGN.md): ``max`` (roofline: everything
 overlaps, the slowest binds -- Williams et al. 2009), ``sum`` (nothing overlaps),
-``partial`` with fraction f: ``max + (1 - f)·(sum - max)``. A pipeline bubble
+``partial`` with fraction f: ``max + (1 - f)·(sum - max)``. Operator dispatch
+(operators x ``op_overhead_s``) and a pipeline bubble
 (idle compute during fill and drain) adds serially.
 
 Derived metrics: MFU and HFU (Chowdhery et al. 2022, PaLM, App. B; Korthikanti
@@ -40,6 +41,8 @@ class PhaseEstimate(Result):
     time_s: float
     resources: list[ResourceTime]
     bubble_s: float
+    dispatch_s: float = 0.0
+    """Operators launched x the per-operator overhead (added in series)."""
     overlap: str
 
 
@@ -164,8 +167,11 @@ def price_phase(ph: PhaseLedger, system: System, compute_dtype: str) -> PhaseEst
     res = resource_times(ph, system, compute_dtype)
     compute = res[0].time_s
     bubble = ph.pipeline_bubble_fraction * compute
-    time = combine([r.time_s for r in res], system.overlap, system.overlap_fraction) + bubble
-    return PhaseEstimate(phase=ph.phase, time_s=time, resources=res, bubble_s=bubble, overlap=system.overlap)
+    dispatch = ph.operators * system.eff.op_overhead_s  # host-side launches, paid in series
+    time = combine([r.time_s for r in res], system.overlap, system.overlap_fraction) + bubble + dispatch
+    return PhaseEstimate(
+        phase=ph.phase, time_s=time, resources=res, bubble_s=bubble, dispatch_s=dispatch, overlap=system.overlap
+    )
 
 
 def memory_check(ledger: Ledger, system: System) -> MemoryCheck:

@@ -117,3 +117,10 @@ __all__ = [
     "score_flops_per_query",
     "token_flops",
 ]
+
+
+OPERATORS_PER_LAYER = 20
+"""Operators one transformer layer launches in a forward pass in eager mode: two norms, four
+attention projections, the score matmul, mask, softmax and value matmul with their reshapes, the
+MLP's linears and activation, two residual adds (a count of the reference decoder in
+``aitrinity.systems.torch_models``). Backward launches about twice as many."""

@@ -73,6 +73,8 @@ class PhaseLedger(Result):
     traffic: list[Traffic]
     pipeline_bubble_fraction: float = 0.0
     """Idle fraction of compute from pipeline fill/drain (Narayanan et al. 2021, eq. 1)."""
+    operators: float = 0.0
+    """Operators launched along the phase's critical path (for the per-operator overhead)."""
 
 
 class TrainingFacts(Result):

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import find
-from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts, Traffic
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import count
@@ -246,6 +246,7 @@ def prefill_phase(
         gemm_rows=float(chunk),
         hbm_bytes=hbm * plan.pp,
         traffic=traffic,
+        operators=passes * m.num_layers * OPERATORS_PER_LAYER,
     )
 
 
@@ -273,6 +274,7 @@ def decode_phase(
         gemm_rows=float(batch),
         hbm_bytes=hbm * plan.pp,
         traffic=traffic,
+        operators=m.num_layers * OPERATORS_PER_LAYER,
     )
 
 

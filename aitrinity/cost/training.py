@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, find, grad_sync
-from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query, token_flops
+from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import (
     Flops,
     Ledger,
@@ -284,6 +284,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         hbm_bytes=hbm,
         traffic=[x for x in traffic if x is not None],
         pipeline_bubble_fraction=(p - 1) / (mb * v),
+        operators=mb * layers * OPERATORS_PER_LAYER * (3.0 + (plan.recompute == "full")),
     )
     pc = count(m)
     return Ledger(

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
-from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import count
 from aitrinity.cost.serving import CHANNEL_OF_TIER, effects, logits_bytes_per_sequence, prefill_workspace_bytes
@@ -154,7 +154,7 @@ def price_rows(
             add(c_bytes, c_msgs, ch, (pp - 1) * payload, np.full(n, float(pp - 1)))
 
     def phase_time(
-        flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F]
+        flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F], operators: F | float
     ) -> tuple[F, F, Ints]:
         eff = system.eff
         curve = (
@@ -173,7 +173,7 @@ def price_rows(
             links = np.maximum(links, t)
             moved = moved + c_bytes[ch]
         binding: Ints = np.argmax(np.stack([compute, times[1], links]), axis=0)
-        return combine(times, system), moved, binding
+        return combine(times, system) + operators * system.eff.op_overhead_s, moved, binding
 
     # --- prefill
     cached = int(fx.prefix_hit * P)
@@ -195,7 +195,9 @@ def price_rows(
         hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)
     add(pb, pm, "host", f * kv_written * ratio * pp, np.where(f > 0, float(L), 0.0))
     dequant = np.where(quantized, 2.0, 0.0) * passes * read / wq_bytes
-    ttft, moved_pre, _ = phase_time(pre_flops / tp + dequant * pp, chunk, hbm * pp, pb, pm)
+    ttft, moved_pre, _ = phase_time(
+        pre_flops / tp + dequant * pp, chunk, hbm * pp, pb, pm, passes * L * OPERATORS_PER_LAYER
+    )
 
     # --- decode at the mean context
     c = P + n_out // 2
@@ -210,7 +212,9 @@ def price_rows(
         add(db, dm, fx.weight_stream.channel, ws_frac * read_d * pp, np.full(n, float(L)))
     add(db, dm, "host", f * kv * ratio * pp, np.where(f > 0, float(L), 0.0))
     dequant_d = np.where(quantized, 2.0, 0.0) * read_d / wq_bytes
-    tpot, moved_dec, binding = phase_time(dec_flops / tp + dequant_d * pp, B, hbm_d * pp, db, dm)
+    tpot, moved_dec, binding = phase_time(
+        dec_flops / tp + dequant_d * pp, B, hbm_d * pp, db, dm, float(L * OPERATORS_PER_LAYER)
+    )
 
     # --- memory
     ctx = P + n_out

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, grad_sync
-from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query
+from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_flops_per_query
 from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
 from aitrinity.cost.training import Layout, stage_layers, stage_params
 from aitrinity.plan.rows import combine, first_failed
@@ -337,7 +337,8 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
         spec = system.channel(c)
         times.append(ch_msgs[c] * spec.latency_s + ch_bytes[c] / spec.bandwidth_Bps)
     bubble = (p - 1) / (mb * v) * times[0]
-    step = combine(times, system) + bubble
+    operators = mb * layers_peak * OPERATORS_PER_LAYER * (3.0 + (rec == 2))
+    step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
 
     # --- feasibility, first failed constraint wins
     heavy = np.array([c in ("topk", "sign", "powersgd") for c in COMPRESSION])[comp]

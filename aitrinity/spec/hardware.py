@@ -34,12 +34,15 @@ class Efficiency(Spec):
     Matmul efficiency follows a saturating curve in the number of rows ``m``
     (tokens) a GEMM processes: ``eff(m) = compute * m / (m + compute_half_rows)``.
     ``compute_half_rows = 0`` means flat. ``memory`` is the achievable fraction
-    of peak memory bandwidth for streaming access.
+    of peak memory bandwidth for streaming access. ``op_overhead_s`` is the
+    host-side cost of launching one operator (eager dispatch), paid serially;
+    0 for compiled code or CUDA graphs, measured by ``trinity calibrate``.
     """
 
     compute: Fraction = 0.75
     compute_half_rows: float = Field(default=0.0, ge=0)
     memory: Fraction = 0.85
+    op_overhead_s: float = Field(default=0.0, ge=0)
 
     def compute_at(self, rows: float) -> float:
         if self.compute_half_rows <= 0:

@@ -11,6 +11,7 @@ Every figure is a best-of-N wall-clock measurement on this process's CPU:
 * disk sequential write (with fsync) and read (after dropping the file's pages
   with ``posix_fadvise``), on a temporary file;
 * loopback TCP throughput between two sockets of this process;
+* the fixed cost per operator (a tiny transformer layer's forward / its operators);
 * codec throughput: int8 quantization, top-1% selection, zstd and lz4 (when installed).
 
 The profile's peak FLOP/s are the best measured rates, its compute efficiency
@@ -119,6 +120,47 @@ def fit_half_rows(curve: dict[int, float], min_rows: int = 16) -> tuple[float, f
         if intercept > 0 and slope >= 0:
             return float(1.0 / intercept), float(slope / intercept)
     return max(curve.values()), 0.0
+
+
+def operator_overhead(repeats: int) -> float:
+    """Seconds of fixed cost per operator: a forward of a tiny transformer layer (the reference
+    decoder's block, hidden size 32, one token) divided by the operators it launches
+    (``OPERATORS_PER_LAYER``). It captures eager dispatch, module calls and the thread-pool
+    start of every small GEMM; without torch, a numpy add of 1-element arrays."""
+    n = 200
+    if _has_torch():
+        import torch
+
+        from aitrinity.cost.flops import OPERATORS_PER_LAYER
+        from aitrinity.spec.model import ModelSpec
+        from aitrinity.systems.torch_models import Block
+
+        tiny = ModelSpec(
+            name="tiny",
+            source="calibration",
+            num_layers=1,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            intermediate_size=64,
+            vocab_size=16,
+            max_seq_len=16,
+        )
+        block, x = Block(tiny), torch.randn(1, 1, 32)
+
+        def run() -> None:
+            with torch.no_grad():
+                for _ in range(n):
+                    block(x)
+
+        return _best(run, repeats) / (n * OPERATORS_PER_LAYER)
+    a, b = np.ones(1), np.ones(1)
+
+    def run_numpy() -> None:
+        for _ in range(n):
+            np.add(a, b)
+
+    return _best(run_numpy, repeats) / n
 
 
 def memory_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
@@ -255,6 +297,14 @@ def calibrate(
         peaks[dtype] = peak
         if dtype == "fp32":
             half_rows = half
+    say("operator overhead")
+    overhead = operator_overhead(s.repeats)
+    record(
+        "operator overhead",
+        overhead,
+        "s",
+        f"{'torch' if _has_torch() else 'numpy'} add of 1-element tensors, per call, best of 1000-call loops",
+    )
     say("memory bandwidth")
     copy, triad = memory_bandwidth(s.memory_bytes, s.repeats)
     record("memory copy", copy, "B/s", f"numpy copyto of {s.memory_bytes >> 20} MiB, 2 bytes per byte")
@@ -286,6 +336,6 @@ def calibrate(
         memory_capacity_bytes=float(mem_total),
         memory_bandwidth_Bps=max(copy, triad),
         tdp_W=tdp_W,
-        efficiency=Efficiency(compute=1.0, compute_half_rows=half_rows, memory=1.0),
+        efficiency=Efficiency(compute=1.0, compute_half_rows=half_rows, memory=1.0, op_overhead_s=overhead),
         measured=measured,
     )

@@ -2,7 +2,8 @@
 
 Llama-style (RMSNorm, rotary-free attention with native GQA, SwiGLU MLP, untied
 LM head) or GPT-style (LayerNorm, GELU MLP, biases). Random weights; only the
-shapes and the operations matter. Used by the validation tests (torch is an optional extra: import this module only where torch is installed).
+shapes and the operations matter. Used by ``trinity validate`` and the tests;
+torch is an optional extra, so import this module only where torch is installed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from aitrinity.spec.model import ModelSpec
+
+KV = tuple[torch.Tensor, torch.Tensor]
 
 
 class _FusedRMSNorm(torch.autograd.Function):
@@ -57,16 +60,29 @@ class Attention(nn.Module):
         self.o = nn.Linear(a * d, h, bias=m.linear_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attend(x, None)[0]
+
+    def attend(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        """Attention of ``x`` (the newest positions) over the cached ``past`` keys/values and its own.
+
+        Returns the output and the layer's KV cache, K and V as (b, g, tokens, d): g KV heads, as a
+        GQA cache keeps them.
+        """
         b, s, _ = x.shape
         a, g, d = self.a, self.g, self.d
         q = self.q(x).view(b, s, g, a // g, d).permute(0, 2, 3, 1, 4)  # b g r s d
-        k = self.k(x).view(b, s, g, 1, d).permute(0, 2, 3, 4, 1)  # b g 1 d s (native GQA: no repeat)
-        v = self.v(x).view(b, s, g, 1, d).permute(0, 2, 3, 1, 4)  # b g 1 s d
+        k_new = self.k(x).view(b, s, g, d).transpose(1, 2)  # b g s d
+        v_new = self.v(x).view(b, s, g, d).transpose(1, 2)
+        k_all = k_new if past is None else torch.cat([past[0], k_new], dim=2)
+        v_all = v_new if past is None else torch.cat([past[1], v_new], dim=2)
+        start, total = k_all.shape[2] - s, k_all.shape[2]
+        k = k_all.unsqueeze(2).transpose(-1, -2)  # b g 1 d total (native GQA: no repeat)
+        v = v_all.unsqueeze(2)  # b g 1 total d
         scores = (q @ k) * d**-0.5
-        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        mask = torch.arange(total)[None, :] > (start + torch.arange(s))[:, None]
         p = scores.masked_fill(mask, float("-inf")).softmax(-1)
         out = (p @ v).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
-        return self.o(out)
+        return self.o(out), (k_all, v_all)
 
 
 class MLP(nn.Module):
@@ -90,8 +106,12 @@ class Block(nn.Module):
         self.n1, self.attn, self.n2, self.mlp = _norm(m), Attention(m), _norm(m), MLP(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.n1(x))
-        return x + self.mlp(self.n2(x))
+        return self.step(x, None)[0]
+
+    def step(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        attn, kv = self.attn.attend(self.n1(x), past)
+        x = x + attn
+        return x + self.mlp(self.n2(x)), kv
 
 
 class Decoder(nn.Module):
@@ -104,10 +124,18 @@ class Decoder(nn.Module):
         self.head = None if m.tie_embeddings else nn.Linear(m.hidden_size, m.vocab_size, bias=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.step(ids, None)[0]
+
+    def step(self, ids: torch.Tensor, cache: list[KV] | None) -> tuple[torch.Tensor, list[KV]]:
+        """Logits for ``ids`` (the newest tokens) given the KV ``cache`` of earlier ones, and the new cache."""
+        start = cache[0][0].shape[2] if cache else 0
         x = self.embed(ids)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(ids.shape[1]))
-        for blk in self.blocks:
-            x = blk(x)
+            x = x + self.pos(start + torch.arange(ids.shape[1]))
+        new: list[KV] = []
+        for i, blk in enumerate(self.blocks):
+            assert isinstance(blk, Block)
+            x, kv = blk.step(x, cache[i] if cache else None)
+            new.append(kv)
         x = self.norm(x)
-        return self.head(x) if self.head is not None else x @ self.embed.weight.T
+        return (self.head(x) if self.head is not None else x @ self.embed.weight.T), new

@@ -9,6 +9,7 @@ from aitrinity.cost.estimate import price
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE, Rows, _plan_for, price_rows
+from aitrinity.spec.hardware import Efficiency
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
 
@@ -28,6 +29,16 @@ CASES = [
     ),
     ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
     ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
+    (
+        "llama-3.1-8b",
+        8,
+        8,
+        2,
+        2,
+        TrainingJob(seq_len=1024, global_batch=16),
+        Plan(),
+        {"efficiency": Efficiency(compute=0.6, compute_half_rows=32, memory=0.8, op_overhead_s=2e-5)},
+    ),
 ]
 
 
