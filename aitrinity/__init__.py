@@ -1,3 +1,24 @@
-"""aitrinity: computation, bandwidth and memory as exchangeable currencies of AI infrastructure."""
+"""aitrinity: computation, bandwidth and memory as exchangeable currencies of AI infrastructure.
+
+The curated entry points (imported lazily, so ``import aitrinity`` stays cheap)::
+
+    import aitrinity
+    d = aitrinity.diagnose("llama-70b-training-h100")       # Diagnosis
+    p = aitrinity.plan("llama-70b-serving-long-context")     # PlanReport: search + chain
+    r = aitrinity.resolve("my-scenario.yaml")                # Workload x Plan x System
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "diagnose", "estimate", "ledger", "plan", "resolve"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("diagnose", "estimate", "ledger", "plan", "resolve"):
+        from aitrinity import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'aitrinity' has no attribute {name!r}")
