@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -310,19 +311,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(f"trinity: {msg}", file=sys.stderr)
 
     device = args.profile
+    tmp = None
     if device is None:
-        from aitrinity.systems.calibrate import calibrate
-
-        say("no --profile: calibrating this machine (quick)")
-        device = calibrate(quick=True).model_dump(mode="json")
         import tempfile
 
         import yaml
 
+        from aitrinity.systems.calibrate import calibrate
+
+        say("no --profile: calibrating this machine (quick)")
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            yaml.safe_dump(device, f)
-        device = f.name
-    system = resolve_system(SystemInput(device=device, num_devices=1, devices_per_node=1))
+            yaml.safe_dump(calibrate(quick=True).model_dump(mode="json"), f)
+        device = tmp = f.name
+    try:
+        system = resolve_system(SystemInput(device=device, num_devices=1, devices_per_node=1))
+    finally:
+        if tmp:
+            os.unlink(tmp)
     report = v.validate(system, quick=args.quick, progress=lambda m: say(f"validating {m}"))
     table = v.markdown(report)
     if args.markdown:

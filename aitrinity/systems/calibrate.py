@@ -55,7 +55,7 @@ QUICK = Settings(repeats=3, memory_bytes=64 << 20, disk_bytes=64 << 20, tcp_byte
 FULL = Settings(repeats=7, memory_bytes=512 << 20, disk_bytes=512 << 20, tcp_bytes=512 << 20, codec_bytes=64 << 20)
 
 
-def _best(fn: Callable[[], Any], repeats: int) -> float:
+def best_time(fn: Callable[[], Any], repeats: int) -> float:
     """Best wall time of ``repeats`` calls, after one warm-up."""
     fn()
     best = float("inf")
@@ -85,7 +85,7 @@ def matmul_curve(dtype: str, repeats: int, backend: str = "auto") -> dict[int, f
         bt = torch.randn(GEMM_K, GEMM_K).to(tdt)
         for m in ROWS:
             at = torch.randn(m, GEMM_K).to(tdt)
-            out[m] = 2.0 * m * GEMM_K * GEMM_K / _best(functools.partial(torch.matmul, at, bt), repeats)
+            out[m] = 2.0 * m * GEMM_K * GEMM_K / best_time(functools.partial(torch.matmul, at, bt), repeats)
         return out
     if dtype not in ("fp64", "fp32"):
         return None
@@ -93,7 +93,7 @@ def matmul_curve(dtype: str, repeats: int, backend: str = "auto") -> dict[int, f
     b = np.random.default_rng(0).standard_normal((GEMM_K, GEMM_K)).astype(np_dtype)
     for m in ROWS:
         a = np.random.default_rng(1).standard_normal((m, GEMM_K)).astype(np_dtype)
-        out[m] = 2.0 * m * GEMM_K * GEMM_K / _best(functools.partial(np.matmul, a, b), repeats)
+        out[m] = 2.0 * m * GEMM_K * GEMM_K / best_time(functools.partial(np.matmul, a, b), repeats)
     return out
 
 
@@ -153,27 +153,27 @@ def operator_overhead(repeats: int) -> float:
                 for _ in range(n):
                     block(x)
 
-        return _best(run, repeats) / (n * OPERATORS_PER_LAYER)
+        return best_time(run, repeats) / (n * OPERATORS_PER_LAYER)
     a, b = np.ones(1), np.ones(1)
 
     def run_numpy() -> None:
         for _ in range(n):
             np.add(a, b)
 
-    return _best(run_numpy, repeats) / n
+    return best_time(run_numpy, repeats) / n
 
 
 def memory_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
     """(copy, triad) bytes/s, STREAM counting (copy moves 2 bytes per byte, triad 3)."""
     n = nbytes // 8
     a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
-    t_copy = _best(lambda: np.copyto(a, b), repeats)
+    t_copy = best_time(lambda: np.copyto(a, b), repeats)
 
     def triad() -> None:
         np.multiply(c, 3.0, out=a)
         np.add(a, b, out=a)
 
-    t_triad = _best(triad, repeats)
+    t_triad = best_time(triad, repeats)
     # numpy's triad makes two passes (a = s c, then a += b): 5 x 8 bytes per element actually move
     return 2.0 * n * 8 / t_copy, 5.0 * n * 8 / t_triad
 
@@ -247,21 +247,21 @@ def codecs(nbytes: int, repeats: int) -> dict[str, float]:
         scale = float(np.abs(x).max()) / 127.0
         np.round(x / scale).astype(np.int8)
 
-    out["int8 quantize"] = nbytes / _best(int8, repeats)
+    out["int8 quantize"] = nbytes / best_time(int8, repeats)
     k = max(len(x) // 100, 1)
-    out["top-1% select"] = nbytes / _best(lambda: np.argpartition(np.abs(x), -k)[-k:], repeats)
+    out["top-1% select"] = nbytes / best_time(lambda: np.argpartition(np.abs(x), -k)[-k:], repeats)
     raw = x.astype(np.float16).tobytes()
     try:
         import zstandard
 
         cctx = zstandard.ZstdCompressor(level=1)
-        out["zstd-1 compress"] = len(raw) / _best(lambda: cctx.compress(raw), repeats)
+        out["zstd-1 compress"] = len(raw) / best_time(lambda: cctx.compress(raw), repeats)
     except ImportError:
         pass
     try:
         import lz4.frame
 
-        out["lz4 compress"] = len(raw) / _best(lambda: lz4.frame.compress(raw), repeats)
+        out["lz4 compress"] = len(raw) / best_time(lambda: lz4.frame.compress(raw), repeats)
     except ImportError:
         pass
     return out

@@ -23,7 +23,6 @@ median within 25%). Timings are best-of-N wall clock in fp32.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from aitrinity.cost.serving import decode_phase, prefill_phase
 from aitrinity.cost.training import training_ledger
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
+from aitrinity.systems.calibrate import best_time
 
 TOLERANCE = {"parameters": 0.0, "forward FLOPs": 0.02, "saved activations (one layer)": 0.10, "KV-cache bytes": 0.0}
 TIMED = ("prefill time", "train-step time", "decode-step time")
@@ -135,16 +135,6 @@ def _row(workload: str, quantity: str, predicted: float, measured: float, tol: f
     )
 
 
-def _best(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def validate(system: System, quick: bool = False, progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Run the sweep on ``system`` (one device: this machine's calibrated profile)."""
     import torch
@@ -180,7 +170,7 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
                 case.name,
                 "saved activations (one layer)",
                 layer_activation_bytes(layer_activations(m, s, b, False, 2.0), Plan(flash_attention=False)),
-                _saved_bytes(Block(m).to(torch.bfloat16), b, s, m.hidden_size),
+                saved_activation_bytes(Block(m).to(torch.bfloat16), b, s, m.hidden_size),
                 TOLERANCE["saved activations (one layer)"],
             )
         )
@@ -206,7 +196,7 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
                 case.name,
                 "prefill time",
                 price_phase(prefill_phase(m, fp32, system, b, s), system, "fp32").time_s,
-                _best(forward, repeats),
+                best_time(forward, repeats),
                 None,
             )
         )
@@ -224,7 +214,7 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
                 case.name,
                 "train-step time",
                 price(training_ledger("validate", m, job, plan, system), system).training.step_time_s,  # type: ignore[union-attr]
-                _best(train_step, max(repeats - 2, 1)),
+                best_time(train_step, max(repeats - 2, 1)),
                 None,
             )
         )
@@ -239,7 +229,7 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
                 case.name,
                 "decode-step time",
                 price_phase(decode_phase(m, fp32, system, b, s), system, "fp32").time_s,
-                _best(decode, repeats * 3),
+                best_time(decode, repeats * 3),
                 None,
             )
         )
@@ -254,7 +244,7 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
     )
 
 
-def _saved_bytes(block: Any, b: int, s: int, h: int) -> int:
+def saved_activation_bytes(block: Any, b: int, s: int, h: int) -> int:
     """Bytes of the distinct activation tensors autograd saves for backward (parameters left out)."""
     import torch
 

@@ -17,6 +17,7 @@ from aitrinity.cost.params import count  # noqa: E402
 from aitrinity.spec.model import ModelSpec  # noqa: E402
 from aitrinity.spec.scenario import Plan  # noqa: E402
 from aitrinity.systems.torch_models import Block, Decoder  # noqa: E402
+from aitrinity.systems.validate import saved_activation_bytes  # noqa: E402
 
 LLAMA = ModelSpec(
     name="tiny-llama",
@@ -69,26 +70,6 @@ def test_forward_and_backward_flops_are_exact(m):
     assert bwd.get_total_flops() == pytest.approx(2 * predicted, rel=0.01)  # dgrad + wgrad (+ tiny loss ops)
 
 
-def _saved_bytes(module, x):
-    """Bytes of distinct activation tensors autograd saves for backward (saved-tensor hooks).
-
-    Parameters (and views of them) are not activations and are left out.
-    """
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    seen: dict[tuple[int, int], int] = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params:
-            key = (ptr, t.storage_offset())
-            seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        module(x)
-    return sum(seen.values())
-
-
 @pytest.mark.parametrize("m", [LLAMA, GPT], ids=lambda m: m.name)
 def test_saved_activations_of_a_layer_within_ten_percent(m):
     """Korthikanti-style accounting vs what autograd actually keeps (eager attention, bf16, no dropout).
@@ -99,7 +80,6 @@ def test_saved_activations_of_a_layer_within_ten_percent(m):
     torch.manual_seed(0)
     block = Block(m).to(torch.bfloat16)
     b, s = 2, 256
-    x = torch.randn(b, s, m.hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    measured = _saved_bytes(block, x)
+    measured = saved_activation_bytes(block, b, s, m.hidden_size)
     predicted = layer_activation_bytes(layer_activations(m, s, b, False, 2.0), Plan(flash_attention=False))
     assert measured == pytest.approx(predicted, rel=0.10), (measured, predicted)
