@@ -70,18 +70,19 @@ class Attention(nn.Module):
         """
         b, s, _ = x.shape
         a, g, d = self.a, self.g, self.d
-        q = self.q(x).view(b, s, g, a // g, d).permute(0, 2, 3, 1, 4)  # b g r s d
+        r = a // g
+        # Query heads grouped under their KV head and folded into the row dimension, so that one batched
+        # matmul per KV head serves all of its query heads: K and V are never expanded (native GQA).
+        q = self.q(x).view(b, s, g, r, d).permute(0, 2, 3, 1, 4).reshape(b, g, r * s, d)
         k_new = self.k(x).view(b, s, g, d).transpose(1, 2)  # b g s d
         v_new = self.v(x).view(b, s, g, d).transpose(1, 2)
         k_all = k_new if past is None else torch.cat([past[0], k_new], dim=2)
         v_all = v_new if past is None else torch.cat([past[1], v_new], dim=2)
         start, total = k_all.shape[2] - s, k_all.shape[2]
-        k = k_all.unsqueeze(2).transpose(-1, -2)  # b g 1 d total (native GQA: no repeat)
-        v = v_all.unsqueeze(2)  # b g 1 total d
-        scores = (q @ k) * d**-0.5
+        scores = (q @ k_all.transpose(-1, -2)).view(b, g, r, s, total) * d**-0.5
         mask = torch.arange(total)[None, :] > (start + torch.arange(s))[:, None]
         p = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        out = (p @ v).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
+        out = (p.view(b, g, r * s, total) @ v_all).view(b, g, r, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
         return self.o(out), (k_all, v_all)
 
 

@@ -71,15 +71,15 @@ def test_forward_and_backward_flops_are_exact(m):
 
 
 @pytest.mark.parametrize("m", [LLAMA, GPT], ids=lambda m: m.name)
-def test_saved_activations_of_a_layer_within_ten_percent(m):
+def test_saved_activations_of_a_layer_within_three_percent(m):
     """Korthikanti-style accounting vs what autograd actually keeps (eager attention, bf16, no dropout).
 
-    Measured is higher by ~1% (GPT: the causal mask) to ~7% (GQA: eager broadcasting matmuls save
-    K and V expanded to every query head; flash kernels do not).
+    Measured is higher by ~1%: the boolean causal mask. (GQA attention keeps K and V at the KV-head
+    count; broadcasting matmuls would save them expanded to every query head, +6-8%.)
     """
     torch.manual_seed(0)
     block = Block(m).to(torch.bfloat16)
     b, s = 2, 256
     measured = saved_activation_bytes(block, b, s, m.hidden_size)
     predicted = layer_activation_bytes(layer_activations(m, s, b, False, 2.0), Plan(flash_attention=False))
-    assert measured == pytest.approx(predicted, rel=0.10), (measured, predicted)
+    assert measured == pytest.approx(predicted, rel=0.03), (measured, predicted)
