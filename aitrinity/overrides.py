@@ -5,10 +5,12 @@ Keys are either
 * scenario fields as dotted paths, validated exactly like the file itself:
   ``system.num_devices=512``, ``plan.tp=4``, ``workload.serving.batch=32``,
   ``system.inter_node_link=ethernet-100g``;
-* quantities of the resolved hardware: ``inter_node_bandwidth``,
+* quantities of the resolved hardware (:data:`QUANTITIES`): ``inter_node_bandwidth``,
   ``intra_node_bandwidth``, ``host_bandwidth``, ``hbm_bandwidth`` (e.g.
-  ``100Gbit/s``), ``hbm_capacity`` (``141GiB``) and ``flops_scale`` (a factor on
-  every peak FLOP/s figure);
+  ``100Gbit/s``), ``hbm_capacity`` (``141GiB``), ``host_capacity``, ``price``
+  (``$3.50/h`` per device), ``power`` (``700W``) and ``flops`` (relative only).
+  Each takes an absolute value or a relative one: ``x0.5`` (also ``*0.5``,
+  ``×0.5``) or ``+50%`` / ``-20%``. ``flops_scale=K`` means ``flops=xK``;
 * shorthands: ``gpus`` for ``system.num_devices``; ``link`` for
   ``inter_node_bandwidth`` when the value is a bandwidth, else for
   ``system.inter_node_link``.
@@ -67,47 +69,146 @@ def _expand(o: Override) -> Override:
     return o
 
 
-def _link_bw(field: str) -> Callable[[System, str], System]:
-    def apply(system: System, value: str) -> System:
+@dataclass(frozen=True)
+class HardwareQuantity:
+    """One resolved-hardware quantity a what-if can set: how to read it, write it and parse a value."""
+
+    key: str
+    title: str
+    get: Callable[[System], float | None]
+    put: Callable[[System, float], System]
+    parse: Callable[[str], float] | None
+    """None: the quantity takes only relative values (``flops=x1.2``)."""
+    resource: bool = True
+    """A resource whose elasticity the hardware what-if measures (price and power are not)."""
+
+
+def _link(field: str) -> tuple[Callable[[System], float | None], Callable[[System, float], System]]:
+    def get(system: System) -> float | None:
+        link = getattr(system, field)
+        return None if link is None else float(link.bandwidth_Bps)
+
+    def put(system: System, value: float) -> System:
         link = getattr(system, field)
         if link is None:
             raise SpecError(f"system.{field}", None, "a link to override (this system has none)")
-        new = link.model_copy(update={"bandwidth_Bps": units.parse_bandwidth(value)})
-        return system.model_copy(update={field: new})
+        return system.model_copy(update={field: link.model_copy(update={"bandwidth_Bps": value})})
 
-    return apply
-
-
-def _device(field: str, parse: Callable[[str], float]) -> Callable[[System, str], System]:
-    def apply(system: System, value: str) -> System:
-        return system.model_copy(update={"device": system.device.model_copy(update={field: parse(value)})})
-
-    return apply
+    return get, put
 
 
-def _flops_scale(system: System, value: str) -> System:
-    k = float(value)
-    if k <= 0:
-        raise SpecError("flops_scale", value, "a positive factor")
-    flops = {dt: f * k for dt, f in system.device.peak_flops.items()}
+def _device(field: str) -> tuple[Callable[[System], float | None], Callable[[System, float], System]]:
+    def get(system: System) -> float | None:
+        return float(getattr(system.device, field))
+
+    def put(system: System, value: float) -> System:
+        return system.model_copy(update={"device": system.device.model_copy(update={field: value})})
+
+    return get, put
+
+
+def _host_capacity_get(system: System) -> float | None:
+    return None if system.host_memory is None else float(system.host_memory.capacity_bytes)
+
+
+def _host_capacity_put(system: System, value: float) -> System:
+    if system.host_memory is None:
+        raise SpecError("system.host_memory", None, "a host memory tier to override (this system has none)")
+    return system.model_copy(update={"host_memory": system.host_memory.model_copy(update={"capacity_bytes": value})})
+
+
+def _flops_get(system: System) -> float | None:
+    return 1.0  # a factor on every dtype's peak: relative values only
+
+
+def _flops_put(system: System, factor: float) -> System:
+    flops = {dt: f * factor for dt, f in system.device.peak_flops.items()}
     return system.model_copy(update={"device": system.device.model_copy(update={"peak_flops": flops})})
 
 
-HARDWARE: dict[str, Callable[[System, str], System]] = {
-    "inter_node_bandwidth": _link_bw("inter_node_link"),
-    "intra_node_bandwidth": _link_bw("intra_node_link"),
-    "host_bandwidth": _link_bw("host_link"),
-    "hbm_bandwidth": _device("memory_bandwidth_Bps", units.parse_bandwidth),
-    "hbm_capacity": _device("memory_capacity_bytes", units.parse_bytes),
-    "flops_scale": _flops_scale,
+def _price_get(system: System) -> float | None:
+    return system.price_per_hour_usd
+
+
+def _power_get(system: System) -> float | None:
+    return system.power_W
+
+
+def _price_put(system: System, value: float) -> System:
+    return system.model_copy(update={"price_per_device_hour": value})
+
+
+def _power_put(system: System, value: float) -> System:
+    return system.model_copy(update={"power_per_device_W": value})
+
+
+_Q = HardwareQuantity
+_BW, _BYTES = units.parse_bandwidth, units.parse_bytes
+QUANTITIES: dict[str, HardwareQuantity] = {
+    q.key: q
+    for q in [
+        _Q("flops", "compute (peak FLOP/s)", _flops_get, _flops_put, None),
+        _Q("hbm_bandwidth", "device memory bandwidth", *_device("memory_bandwidth_Bps"), _BW),
+        _Q("hbm_capacity", "device memory capacity", *_device("memory_capacity_bytes"), _BYTES),
+        _Q("intra_node_bandwidth", "intra-node link bandwidth", *_link("intra_node_link"), _BW),
+        _Q("inter_node_bandwidth", "inter-node link bandwidth", *_link("inter_node_link"), _BW),
+        _Q("host_bandwidth", "host link bandwidth", *_link("host_link"), _BW),
+        _Q("host_capacity", "host memory capacity", _host_capacity_get, _host_capacity_put, _BYTES),
+        _Q("price", "price per device-hour", _price_get, _price_put, units.parse_price_per_hour, False),
+        _Q("power", "power per device", _power_get, _power_put, units.parse_power, False),
+    ]
 }
+"""Hardware quantities ``--set`` and design edits accept; ``flops_scale=K`` is ``flops=xK``."""
+
+
+def relative(value: str, key: str = "--set") -> float | None:
+    """The factor a relative value means: ``x0.5`` / ``*0.5`` / ``×0.5`` -> 0.5, ``+50%`` -> 1.5; else None."""
+    v = value.strip().replace(" ", "")
+    try:
+        if v[:1] in ("x", "*", "×"):
+            k = float(v[1:])
+        elif v.endswith("%") and v[:1] in ("+", "-"):
+            k = 1.0 + float(v[:-1]) / 100.0
+        else:
+            return None
+    except ValueError:
+        raise SpecError(key, value, "a factor such as x0.5, or a change such as +50%") from None
+    if k <= 0:
+        raise SpecError(key, value, "a factor that leaves the quantity positive")
+    return k
+
+
+def scale(system: System, key: str, factor: float) -> System:
+    """``system`` with one quantity multiplied by ``factor``."""
+    q = QUANTITIES[key]
+    current = q.get(system)
+    if current is None:
+        raise SpecError(key, None, f"a system with a {q.title} to change (this one has none)")
+    return q.put(system, current * factor)
+
+
+def set_quantity(system: System, key: str, value: str) -> System:
+    """``system`` with one quantity set to an absolute or relative ``value``."""
+    factor = relative(value, key)
+    if factor is not None:
+        return scale(system, key, factor)
+    q = QUANTITIES[key]
+    if q.parse is None:
+        raise SpecError(key, value, "a relative value such as x1.5 or +20%")
+    return q.put(system, q.parse(value))
+
+
+def _hardware_key(key: str) -> str | None:
+    if key == "flops_scale":
+        return key
+    return key if key in QUANTITIES else None
 
 
 def split(overrides: Sequence[Override]) -> tuple[list[Override], list[Override]]:
     """(scenario-field overrides, hardware overrides), shorthands expanded, unknown keys rejected."""
     fields, hardware = [], []
     for o in map(_expand, overrides):
-        if o.key in HARDWARE:
+        if _hardware_key(o.key):
             hardware.append(o)
         elif o.key.split(".")[0] in SECTIONS:
             fields.append(o)
@@ -115,7 +216,7 @@ def split(overrides: Sequence[Override]) -> tuple[list[Override], list[Override]
             raise SpecError(
                 "--set",
                 o.key,
-                f"a scenario field (system.num_devices, plan.tp, ...) or one of gpus, link, {', '.join(HARDWARE)}",
+                f"a scenario field (system.num_devices, plan.tp, ...) or one of gpus, link, {', '.join(QUANTITIES)}",
             )
     return fields, hardware
 
@@ -140,7 +241,10 @@ def apply_fields(data: dict[str, Any], overrides: Sequence[Override]) -> dict[st
 def apply_hardware(system: System, overrides: Sequence[Override]) -> System:
     for o in overrides:
         try:
-            system = HARDWARE[o.key](system, o.value)
+            if o.key == "flops_scale":
+                system = scale(system, "flops", relative(f"x{o.value}", o.key) or 1.0)
+            else:
+                system = set_quantity(system, o.key, o.value)
         except SpecError:
             raise
         except (UnitError, ValueError) as e:

@@ -52,3 +52,35 @@ def test_cli_set_flag(capsys):
     assert '"num_devices": 512' in capsys.readouterr().out
     assert main(["diagnose", BASE, "--set", "plan.tp=3"]) == 2
     assert capsys.readouterr().err.startswith("trinity: error: plan.tp")
+
+
+def test_relative_hardware_values():
+    r0 = api.resolve(BASE)
+    r = api.resolve(BASE, overrides=["hbm_bandwidth=x0.5", "intra_node_bandwidth=*2", "price=+50%", "flops=×1.5"])
+    assert r.system.device.memory_bandwidth_Bps == pytest.approx(r0.system.device.memory_bandwidth_Bps / 2)
+    assert r.system.intra_node_link.bandwidth_Bps == pytest.approx(2 * r0.system.intra_node_link.bandwidth_Bps)
+    assert r.system.price_per_hour_usd == pytest.approx(1.5 * r0.system.price_per_hour_usd)
+    assert r.system.device.peak_flops["bf16"] == pytest.approx(1.5 * r0.system.device.peak_flops["bf16"])
+    r = api.resolve(BASE, overrides=["host_capacity=-25%", "power=800W", "price=$4/h"])
+    assert r.system.host_memory.capacity_bytes == pytest.approx(0.75 * r0.system.host_memory.capacity_bytes)
+    assert r.system.power_W == 800 and r.system.price_per_hour_usd == 4
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("flops=5", "flops"),  # relative only
+        ("hbm_capacity=x0", "hbm_capacity"),
+        ("hbm_capacity=-100%", "hbm_capacity"),
+        ("hbm_capacity=xfast", "hbm_capacity"),
+    ],
+)
+def test_bad_relative_values_name_the_key(override, field):
+    with pytest.raises(SpecError) as e:
+        api.resolve(BASE, overrides=[override])
+    assert e.value.field == field
+
+
+def test_a_quantity_the_system_lacks_is_refused():
+    with pytest.raises(SpecError, match="host memory"):
+        api.resolve("trillion-param-training", overrides=["host_capacity=x2"])
