@@ -11,6 +11,7 @@ a fixed order and ties go to the first row.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass
@@ -124,7 +125,9 @@ def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
     return out
 
 
+@functools.cache
 def _rows(host: bool, space: Space) -> Rows:
+    """The grid of non-layout choices (the same for every layout and system; cached, never mutated)."""
     grid = list(
         itertools.product(
             space.micro_batches,
@@ -236,7 +239,9 @@ def search_training(
     objective: Objective = "time",
     top: int = 5,
     space: Space = DEFAULT_SPACE,
+    pareto: bool = True,
 ) -> SearchResult:
+    """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts)."""
     start = time.perf_counter()
     t = evaluate(m, job, base, system, space)
     score = _score(t, job, objective)
@@ -245,7 +250,7 @@ def search_training(
     order = rank(score, t.priced.hbm_bytes, complexity(t.rows), idx)
     elapsed = time.perf_counter() - start
     money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
-    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money])
+    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money]) if pareto else []
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))
     n = len(score)
     return SearchResult(

@@ -148,8 +148,12 @@ def search_serving(
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
     prefix_requests: Sequence[TraceRequest] | None = None,
+    pareto: bool = True,
 ) -> ServingSearchResult:
-    """``prefix_requests``: the trace of a trace-based prefix cache in ``base``; its capacity is then searched."""
+    """``prefix_requests``: the trace of a trace-based prefix cache in ``base``; its capacity is then searched.
+
+    ``pareto=False`` leaves the frontier out.
+    """
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
         from aitrinity.errors import SpecError
@@ -186,9 +190,8 @@ def search_serving(
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], quantize(score[idx])))]
     elapsed = time.perf_counter() - start
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    front = frontier(
-        order, [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s]
-    )
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s]
+    front = frontier(order, columns) if pareto else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
 
     def choice(i: int) -> ServingChoice:
