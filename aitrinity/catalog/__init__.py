@@ -1,4 +1,4 @@
-"""The catalog: validated data files for devices, links, memory tiers, models and scenarios."""
+"""The catalog: validated data files for devices, links, memory tiers, models, scenarios and workload suites."""
 
 from aitrinity.catalog.loader import (
     KINDS,
@@ -11,6 +11,7 @@ from aitrinity.catalog.loader import (
     names,
     resolve_system,
     scenario,
+    suite,
     tier,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "names",
     "resolve_system",
     "scenario",
+    "suite",
     "tier",
 ]

@@ -23,17 +23,26 @@ from aitrinity.spec._base import validate
 from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System, SystemInput
+from aitrinity.spec.suite import Suite
 
-Kind = Literal["devices", "links", "tiers", "models", "scenarios"]
-KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "scenarios")
+Kind = Literal["devices", "links", "tiers", "models", "scenarios", "suites"]
+KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "scenarios", "suites")
 _TYPES: dict[str, type[BaseModel]] = {
     "devices": DeviceSpec,
     "links": LinkSpec,
     "tiers": MemoryTierSpec,
     "models": ModelSpec,
     "scenarios": Scenario,
+    "suites": Suite,
 }
-_SINGULAR = {"devices": "device", "links": "link", "tiers": "memory tier", "models": "model", "scenarios": "scenario"}
+_SINGULAR = {
+    "devices": "device",
+    "links": "link",
+    "tiers": "memory tier",
+    "models": "model",
+    "scenarios": "scenario",
+    "suites": "workload suite",
+}
 DATA = Path(__file__).with_name("data")
 T = TypeVar("T", bound=BaseModel)
 
@@ -150,6 +159,14 @@ def model(ref: str, base: Path | None = None) -> ModelSpec:
 
 def scenario(ref: str, base: Path | None = None) -> Scenario:
     return get("scenarios", ref, Scenario, base)
+
+
+def suite(ref: str | Path) -> Suite:
+    """A built-in workload suite by name, or a suite file."""
+    r = str(ref)
+    if _is_path(r) or Path(r).is_file():
+        return load_file("suites", r, Suite)
+    return get("suites", r, Suite)
 
 
 def entry(ref: str) -> tuple[Kind, BaseModel]:

@@ -27,6 +27,8 @@ EPILOG = """examples:
   trinity plan SCENARIO --sweep link=25Gbit/s,100Gbit/s,400Gbit/s   where the best plan changes
   trinity replay data/traces/mooncake_conversation_trace.jsonl --capacity 1M,3M,unbounded
   trinity calibrate --quick -o me.yaml      measure this machine; use me.yaml as a device
+  trinity hardware compare h100-sxm h200 b200 mi300x   designs over the built-in workload suite
+  trinity hardware compare h100 h100:hbm_capacity=141GiB,price=+50% --objective tokens_per_dollar
   trinity catalog list models               catalog names of one kind
   trinity catalog show llama-3.1-70b        an entry with its derived figures
 """
@@ -160,10 +162,38 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     va.add_argument("--json", action="store_true")
 
+    hw = sub.add_parser("hardware", help="hardware what-if: compare designs over a workload suite")
+    hsub = hw.add_subparsers(dest="hardware_command", required=True, metavar="ACTION")
+    hc = hsub.add_parser(
+        "compare",
+        help="best plans, resource elasticities and flexibility of each design",
+        description="For every design x workload of the suite: the planner's best plan, the elasticity of "
+        "the objective to each resource (+step, re-planned) and the re-plan with each resource cut to "
+        "--constraint; then each design's suite performance, flexibility score and ($, J, performance) "
+        "Pareto status. Formulas: docs/hardware.md.",
+        epilog="designs: a catalog device (h200), a device file, DEVICE:EDIT,EDIT "
+        "(h100-sxm:hbm_capacity=141GiB,price=+50%; edits: "
+        "flops, hbm_bandwidth, hbm_capacity, intra_node_bandwidth, inter_node_bandwidth, host_bandwidth, "
+        "host_capacity, price, power; absolute or x0.5 / +20%), :EDIT (each scenario's own device), "
+        "or a design .yaml file",
+    )
+    hc.add_argument("designs", nargs="+", metavar="DESIGN")
+    hc.add_argument("--suite", default="representative", help="built-in suite name or suite file")
+    hc.add_argument(
+        "--objective",
+        default="performance",
+        help="performance (tokens/s; default), tokens_per_dollar, tokens_per_joule or joules_per_token",
+    )
+    hc.add_argument("--step", type=float, default=0.1, help="resource increase for elasticities (default 0.1)")
+    hc.add_argument("--constraint", type=float, default=0.5, help="resource factor for retention (default 0.5)")
+    hc.add_argument("--refine", type=int, default=2, help="bisection steps locating plan switches (default 2)")
+    hc.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    hc.add_argument("--json", action="store_true")
+
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     cl = csub.add_parser("list", help="names of one kind, or of every kind")
-    cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "scenarios"])
+    cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "scenarios", "suites"])
     cl.add_argument("--json", action="store_true")
     cs = csub.add_parser("show", help="one entry (name, alias or Hugging Face id) with derived figures")
     cs.add_argument("name")
@@ -337,6 +367,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if not report.failed else 1
 
 
+def _cmd_hardware(args: argparse.Namespace) -> int:
+    from aitrinity.cli import render
+    from aitrinity.hardware import compare_hardware
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"trinity: planning {msg}", file=sys.stderr)
+
+    result = compare_hardware(
+        args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say
+    )
+    print(_dump(result.model_dump(mode="json")) if args.json else render.hardware(result))
+    return 0
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     from aitrinity import catalog
 
@@ -374,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_calibrate(args)
         if args.command == "validate":
             return _cmd_validate(args)
+        if args.command == "hardware":
+            return _cmd_hardware(args)
         return _cmd_catalog(args)
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)

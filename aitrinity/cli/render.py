@@ -260,3 +260,101 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
         rows.append([value, *row, "<- plan changes" if changed else ""])
         previous = row[:2]
     return "\n".join([f"best plan for each {key}:", *_table(rows)])
+
+
+_SHORT = {
+    "flops": "FLOP/s",
+    "hbm_bandwidth": "HBM bw",
+    "hbm_capacity": "HBM cap",
+    "intra_node_bandwidth": "intra bw",
+    "inter_node_bandwidth": "inter bw",
+    "host_bandwidth": "host bw",
+    "host_capacity": "host cap",
+}
+
+
+def _value(v: float, unit: str) -> str:
+    return "does not fit" if v == 0 else f"{v:,.4g} {unit}"
+
+
+def _elasticities(r: Any, step: float) -> str:
+    """The resources that move the objective, largest first: '+10% HBM bw -> +7.9%'."""
+    moving = sorted((e for e in r.elasticities if abs(e.change) >= 5e-4), key=lambda e: -abs(e.change))
+    if not moving:
+        return "none moves it"
+    return ", ".join(f"{_SHORT.get(e.resource, e.resource)} {e.change:+.1%}" for e in moving[:3])
+
+
+def _constrained(r: Any, constraint: float) -> str:
+    worst = min(r.constrained, key=lambda e: e.value, default=None)
+    if worst is None or r.nominal.value == 0:
+        return "-"
+    kept = worst.value / r.nominal.value
+    text = f"{_SHORT.get(worst.resource, worst.resource)} x{constraint:g}: keeps {kept:.0%}"
+    switches = [e for e in r.constrained if e.switch_between]
+    if switches:
+        e = switches[0]
+        lo, hi = e.switch_between
+        text += f"; plan switches at {_SHORT.get(e.resource, e.resource)} x{lo:.2f}-{hi:.2f}"
+    return text
+
+
+def hardware(c: Any) -> str:
+    """``trinity hardware compare``: per-workload results, elasticities, scores and the design frontier."""
+    lines = [
+        f"Suite {c.suite}, objective {c.objective} ({c.unit}); elasticities at +{c.step:.0%} of each resource, "
+        f"retention at x{c.constraint:g}; every number a full re-plan ({c.replans} re-plans, {c.elapsed_s:.1f} s).",
+        "",
+    ]
+    base = c.designs[0]
+    by = {(r.design, r.workload): r for r in c.results}
+    workloads = list(dict.fromkeys(r.workload for r in c.results))
+    for w in workloads:
+        lines.append(f"{w}")
+        rows = [["design", "best", f"vs {base}", "plan", f"+{c.step:.0%} of a resource buys", "worst constraint"]]
+        ref = by[base, w].nominal.value
+        for d in c.designs:
+            r = by[d, w]
+            rel = f"{r.nominal.value / ref - 1:+.1%}" if ref > 0 and d != base else "-"
+            rows.append(
+                [
+                    d,
+                    _value(r.nominal.value, c.unit),
+                    rel,
+                    r.nominal.plan,
+                    _elasticities(r, c.step),
+                    _constrained(r, c.constraint),
+                ]
+            )
+        lines += _table(rows)
+        lines.append("")
+    lines.append("Designs (docs/hardware.md defines each column)")
+    rows = [
+        [
+            "design",
+            "performance",
+            "mix kept",
+            "constraint kept",
+            "flexibility",
+            "pathways",
+            "$/Mtok",
+            "J/token",
+            "Pareto",
+        ]
+    ]
+    for s in c.scores:
+        rows.append(
+            [
+                s.design,
+                f"{s.performance:.2f}",
+                f"{s.mix_retention:.2f}",
+                f"{s.constraint_retention:.2f}",
+                f"{s.flexibility:.2f}",
+                str(len(s.pathways)),
+                format_money(s.usd_per_million_tokens) if s.usd_per_million_tokens is not None else "no price",
+                f"{s.joules_per_token:.3g}" if s.joules_per_token is not None else "-",
+                "yes" if s.pareto else "",
+            ]
+        )
+    lines += _table(rows)
+    return "\n".join(lines)
