@@ -202,12 +202,38 @@ def _serving_plan(c: ServingChoice) -> str:
     return " ".join(parts)
 
 
-def _value(objective: HardwareObjective, tokens_per_s: float, usd: float | None, joules: float) -> float:
+def _best(objective: HardwareObjective, c: PlanChoice | ServingChoice | None, plan: str, tech: list[str]) -> Best:
+    if c is None:
+        return Best(
+            value=0.0,
+            plan="no plan fits",
+            techniques=[],
+            pathways=[],
+            tokens_per_s=None,
+            usd_per_million_tokens=None,
+            joules_per_token=None,
+        )
+    tokens = c.throughput_tokens_per_s if isinstance(c, ServingChoice) else c.tokens_per_s
+    usd, joules = c.usd_per_million_tokens, c.joules_per_token
     if objective == "performance":
-        return tokens_per_s
-    if objective == "tokens_per_dollar":
-        return 1e6 / usd if usd else 0.0
-    return 1.0 / joules if joules > 0 else 0.0
+        value = tokens
+    elif objective == "tokens_per_dollar":
+        value = 1e6 / usd if usd else 0.0
+    else:
+        value = 1.0 / joules if joules > 0 else 0.0
+    return Best(
+        value=value,
+        plan=plan,
+        techniques=tech,
+        pathways=sorted({CATALOG[t].pathway for t in tech}),
+        tokens_per_s=tokens,
+        usd_per_million_tokens=usd,
+        joules_per_token=joules,
+        ttft_s=c.ttft_s if isinstance(c, ServingChoice) else None,
+        tpot_s=c.tpot_s if isinstance(c, ServingChoice) else None,
+        step_time_s=None if isinstance(c, ServingChoice) else c.step_time_s,
+        binding=c.binding,
+    )
 
 
 def best(case: Case, system: System, objective: HardwareObjective) -> Best:
@@ -221,67 +247,16 @@ def best(case: Case, system: System, objective: HardwareObjective) -> Best:
         )
     train_obj, serve_obj = _PLANNER[objective]
     if w.training is not None:
-        result = search_training(case.model, w.training, base, system, train_obj, 1, WHATIF_SPACE, pareto=False)
-        c = result.best
-        if c is None:
-            return Best(
-                value=0.0,
-                plan="no plan fits",
-                techniques=[],
-                pathways=[],
-                tokens_per_s=None,
-                usd_per_million_tokens=None,
-                joules_per_token=None,
-            )
-        tech = _training_techniques(c)
-        return Best(
-            value=_value(objective, c.tokens_per_s, c.usd_per_million_tokens, c.joules_per_token),
-            plan=_training_plan(c),
-            techniques=tech,
-            pathways=sorted({CATALOG[t].pathway for t in tech}),
-            tokens_per_s=c.tokens_per_s,
-            usd_per_million_tokens=c.usd_per_million_tokens,
-            joules_per_token=c.joules_per_token,
-            step_time_s=c.step_time_s,
-            binding=c.binding,
-        )
+        c = search_training(case.model, w.training, base, system, train_obj, 1, WHATIF_SPACE, pareto=False).best
+        return _best(objective, c, _training_plan(c), _training_techniques(c)) if c else _best(objective, None, "", [])
     assert w.serving is not None
-    sres = search_serving(
-        case.model,
-        w.serving,
-        base,
-        system,
-        serve_obj,
-        1,
-        case.ttft_slo_s,
-        case.tpot_slo_s,
-        pareto=False,
-    )
-    s = sres.best
+    s = search_serving(
+        case.model, w.serving, base, system, serve_obj, 1, case.ttft_slo_s, case.tpot_slo_s, pareto=False
+    ).best
     if s is None:
-        return Best(
-            value=0.0,
-            plan="no plan fits",
-            techniques=[],
-            pathways=[],
-            tokens_per_s=None,
-            usd_per_million_tokens=None,
-            joules_per_token=None,
-        )
+        return _best(objective, None, "", [])
     prefix = any(isinstance(x, PrefixCache) for x in base.exchanges)
-    tech = _serving_techniques(s, prefix)
-    return Best(
-        value=_value(objective, s.throughput_tokens_per_s, s.usd_per_million_tokens, s.joules_per_token),
-        plan=_serving_plan(s),
-        techniques=tech,
-        pathways=sorted({CATALOG[t].pathway for t in tech}),
-        tokens_per_s=s.throughput_tokens_per_s,
-        usd_per_million_tokens=s.usd_per_million_tokens,
-        joules_per_token=s.joules_per_token,
-        ttft_s=s.ttft_s,
-        tpot_s=s.tpot_s,
-        binding=s.binding,
-    )
+    return _best(objective, s, _serving_plan(s), _serving_techniques(s, prefix))
 
 
 def _effect(resource: str, factor: float, nominal: Best, after: Best) -> ResourceEffect:
