@@ -140,6 +140,12 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
                 for kk, vv in v.items()
                 if vv is not None
             ]
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):  # e.g. a suite's workloads
+            lines.append(f"  {k}:")
+            lines += [
+                "    - " + ", ".join(f"{kk}: {_human(kk, vv)}" for kk, vv in x.items() if vv not in (None, []))
+                for x in v
+            ]
         else:
             lines.append(f"  {k}: {_human(k, v)}")
     if derived:

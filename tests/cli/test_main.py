@@ -42,6 +42,9 @@ def test_catalog_list_and_show(capsys):
     assert data["derived"]["kv_bytes_per_token_bf16"][0] == 327680
     rc, out, _ = run(capsys, "catalog", "show", "nvlink-4")
     assert rc == 0 and "450 GB/s" in out
+    rc, out, _ = run(capsys, "catalog", "show", "representative")
+    assert rc == 0 and "(suite)" in out
+    assert "    - scenario: llama-70b-serving-long-context, label: serve-70b-chat" in out  # one line per workload
 
 
 @pytest.mark.parametrize(
