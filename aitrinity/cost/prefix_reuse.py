@@ -3,20 +3,141 @@
 Blocks are identified by the trace's prefix-chained hash ids, so a block hits
 only if every block before it hit too (Mooncake, FAST'25, §3; vLLM automatic
 prefix caching). Only full blocks are cached: a request of ``n`` tokens reuses
-at most ``n // block`` blocks, and its last partial block is recomputed. The
-cache holds ``capacity_tokens // block`` blocks and evicts the least recently
-used one; every block a request touches becomes the most recent.
+at most ``n // block`` blocks, and its last partial block is recomputed.
+
+Each tier is a ``cost.block_index.BlockIndex`` (the same index and eviction
+policies the real store uses). Tiers are exclusive and ordered fastest first:
+a request's blocks are looked up in every tier; after the lookup each of its
+blocks is used in order -- a block in the first tier is touched, a block in a
+lower tier is promoted to the first, a new block is inserted in the first --
+and a block evicted from tier ``i`` is demoted to tier ``i + 1`` (dropped from
+the last). With one tier and LRU this is the classic single-cache replay.
 
 Token hit rate = tokens served from the cache / prompt tokens.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 
+from aitrinity.cost.block_index import BlockIndex
 from aitrinity.traces import TraceRequest
+
+
+@dataclass(frozen=True)
+class ReplayTier:
+    name: str
+    capacity_bytes: int | None
+    """None: unbounded."""
+
+
+@dataclass(frozen=True)
+class TierResult:
+    name: str
+    capacity_bytes: int | None
+    hit_blocks: int
+    bytes_served: float
+    evictions: int
+    peak_bytes: int
+
+
+@dataclass(frozen=True)
+class TieredReplay:
+    block_tokens: int
+    block_bytes: float
+    policy: str
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    prefill_flops: float
+    """Prefill FLOPs of every prompt with no cache (0 when no per-block FLOPs were given)."""
+    prefill_flops_saved: float
+    tiers: list[TierResult] = field(default_factory=list)
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def replay_tiers(
+    requests: Sequence[TraceRequest],
+    tiers: Sequence[ReplayTier],
+    *,
+    block_tokens: int = 512,
+    block_bytes: int | None = None,
+    policy: str = "lru",
+    block_flops: Callable[[int], float] | None = None,
+    request_flops: Callable[[int], float] | None = None,
+) -> TieredReplay:
+    """Replay through ``tiers`` (fastest first).
+
+    ``block_bytes``: a block's size (default ``block_tokens``, so capacities are in
+    tokens). ``block_flops(j)``: FLOPs to recompute the ``j``-th block of a prompt
+    (grows with ``j`` through attention); ``request_flops(n)``: prefill FLOPs of an
+    ``n``-token prompt without a cache.
+    """
+    if block_tokens <= 0:
+        raise ValueError("block_tokens must be positive")
+    if not tiers:
+        raise ValueError("at least one tier")
+    size = block_tokens if block_bytes is None else block_bytes
+    idx = [BlockIndex(t.capacity_bytes, policy) for t in tiers]
+    hit_blocks = [0] * len(tiers)
+    peak = [0] * len(tiers)
+    flop_memo: dict[int, float] = {}
+
+    def bflops(j: int) -> float:
+        if block_flops is None:
+            return 0.0
+        if j not in flop_memo:
+            flop_memo[j] = block_flops(j)
+        return flop_memo[j]
+
+    def place(level: int, key: Hashable, flops: float) -> None:
+        if level < len(idx) and idx[level].fits(size):
+            ix = idx[level]
+            victims = ix.insert(key, size, flops)
+            peak[level] = max(peak[level], ix.used_bytes)
+            for k, m in victims:
+                place(level + 1, k, m.flops)
+
+    hits = prompt = 0
+    total_flops = saved = 0.0
+    first = idx[0]
+    for r in requests:
+        blocks = r.hash_ids[: r.input_length // block_tokens]
+        for j, b in enumerate(blocks):
+            level = next((i for i, ix in enumerate(idx) if b in ix), -1)
+            if level < 0:
+                break
+            hit_blocks[level] += 1
+            hits += block_tokens
+            saved += bflops(j)
+        prompt += r.input_length
+        if request_flops is not None:
+            total_flops += request_flops(r.input_length)
+        for j, b in enumerate(blocks):
+            if first.touch(b):
+                continue
+            for ix in idx[1:]:
+                if ix.remove(b) is not None:
+                    break
+            place(0, b, bflops(j))
+    return TieredReplay(
+        block_tokens=block_tokens,
+        block_bytes=size,
+        policy=policy,
+        requests=len(requests),
+        prompt_tokens=prompt,
+        hit_tokens=hits,
+        prefill_flops=total_flops,
+        prefill_flops_saved=saved,
+        tiers=[
+            TierResult(t.name, t.capacity_bytes, hit_blocks[i], hit_blocks[i] * size, idx[i].evictions, peak[i])
+            for i, t in enumerate(tiers)
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -34,30 +155,9 @@ class ReplayResult:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def replay(requests: Sequence[TraceRequest], capacity_tokens: int | None, block_tokens: int = 512) -> ReplayResult:
-    """LRU over full blocks of ``block_tokens`` tokens; ``capacity_tokens=None`` is unbounded."""
-    if block_tokens <= 0:
-        raise ValueError("block_tokens must be positive")
-    cap = None if capacity_tokens is None else capacity_tokens // block_tokens
-    cache: OrderedDict[int, None] = OrderedDict()
-    hits = prompt = evictions = 0
-    for r in requests:
-        blocks = r.hash_ids[: r.input_length // block_tokens]
-        prefix = 0
-        for b in blocks:
-            if b not in cache:
-                break
-            prefix += 1
-        hits += prefix * block_tokens
-        prompt += r.input_length
-        if cap == 0:
-            continue
-        for b in blocks:
-            if b in cache:
-                cache.move_to_end(b)
-            else:
-                cache[b] = None
-                if cap is not None and len(cache) > cap:
-                    cache.popitem(last=False)
-                    evictions += 1
-    return ReplayResult(capacity_tokens, block_tokens, len(requests), prompt, hits, evictions)
+def replay(
+    requests: Sequence[TraceRequest], capacity_tokens: int | None, block_tokens: int = 512, policy: str = "lru"
+) -> ReplayResult:
+    """One cache of ``capacity_tokens`` tokens (None: unbounded) over full blocks of ``block_tokens``."""
+    r = replay_tiers(requests, [ReplayTier("cache", capacity_tokens)], block_tokens=block_tokens, policy=policy)
+    return ReplayResult(capacity_tokens, block_tokens, r.requests, r.prompt_tokens, r.hit_tokens, r.tiers[0].evictions)

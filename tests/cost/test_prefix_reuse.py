@@ -80,3 +80,27 @@ def test_scenario_prefix_cache_from_a_trace(tmp_path):
         ["plan.exchanges=[{kind: prefix-cache, tier: host, trace: " + str(TRACE) + "}]"],
     )
     assert d.exchanges[0].kind == "prefix-cache"
+
+
+def test_tiered_replay_demotes_promotes_and_counts_bytes():
+    from aitrinity.cost.prefix_reuse import ReplayTier, replay_tiers
+
+    tiers = [ReplayTier("fast", 8), ReplayTier("slow", None)]
+    seq = [req(8, [1, 2]), req(8, [3, 4]), req(8, [1, 2]), req(8, [1, 2])]
+    r = replay_tiers(seq, tiers, block_tokens=4, block_bytes=4, block_flops=lambda j: 10.0 * (j + 1))
+    # [3, 4] pushes 1, 2 down to slow; the third request finds them there (and promotes them), the fourth in fast
+    assert [t.hit_blocks for t in r.tiers] == [2, 2]
+    assert [t.bytes_served for t in r.tiers] == [8, 8]
+    assert r.prefill_flops_saved == 2 * (10 + 20)
+    assert r.tiers[0].evictions == 4 and r.tiers[0].peak_bytes == 8
+    one = replay(seq, 8, 4)
+    assert one.hit_tokens == 8  # a single 2-block cache keeps only the last request's blocks
+
+
+@pytest.mark.parametrize("policy", ["lfu", "cost"])
+def test_other_policies_replay(policy):
+    seq = [req(4, [10]), req(4, [10]), req(4, [20]), req(4, [30]), req(4, [10])]
+    r = replay(seq, 8, 4, policy)
+    # 10 was used twice: LFU and cost-aware keep it where LRU would evict it
+    assert r.hit_tokens == 8
+    assert replay(seq, 8, 4, "lru").hit_tokens == 4

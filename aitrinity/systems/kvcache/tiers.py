@@ -1,0 +1,263 @@
+"""Where block frames live: process memory, a local directory, a Redis server.
+
+A tier stores whole frames (``frame.encode``) by key and knows nothing of
+capacity or eviction -- the store's ``BlockIndex`` per tier decides that. Every
+read returns either the whole frame (checked, except in process memory) or a
+``Miss`` with its reason; no tier raises on a lost, corrupt or unreachable
+block.
+
+Nominal ``bandwidth_Bps`` / ``latency_s`` describe the tier to the
+load-vs-recompute decision (``cost.kv_reuse``); ``trinity calibrate`` or a
+benchmark can replace them with measured figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from aitrinity.systems.kvcache import frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Miss:
+    reason: str
+    """'absent', 'checksum failure: ...', 'tier unavailable: ...'"""
+
+
+class Tier(Protocol):
+    name: str
+    bandwidth_Bps: float
+    latency_s: float
+
+    def put(self, key: bytes, data: bytes) -> bool: ...
+    def get(self, key: bytes) -> memoryview | Miss: ...
+    def delete(self, key: bytes) -> None: ...
+    def scan(self) -> Iterator[tuple[bytes, int]]: ...
+
+
+class MemoryTier:
+    """Frames in a dict; reads are zero-copy views, not re-checked (nothing crossed a boundary)."""
+
+    def __init__(self, name: str = "memory", bandwidth_Bps: float = 10e9, latency_s: float = 1e-6) -> None:
+        self.name, self.bandwidth_Bps, self.latency_s = name, bandwidth_Bps, latency_s
+        self._d: dict[bytes, bytes] = {}
+
+    def put(self, key: bytes, data: bytes) -> bool:
+        self._d[key] = data
+        return True
+
+    def get(self, key: bytes) -> memoryview | Miss:
+        d = self._d.get(key)
+        return Miss("absent") if d is None else memoryview(d)
+
+    def delete(self, key: bytes) -> None:
+        self._d.pop(key, None)
+
+    def scan(self) -> Iterator[tuple[bytes, int]]:
+        return iter([])  # nothing survives the process
+
+
+class DiskTier:
+    """One file per block under ``root/namespace/``: written to a temp file, fsynced, renamed.
+
+    A reader sees either the whole old file or the whole new one, never a torn
+    write (POSIX rename is atomic). Every read verifies the checksum; a bad
+    file is deleted and reported. ``scan`` (on open) removes leftover temp files
+    and files whose length disagrees with their header.
+    """
+
+    SUFFIX = ".kvb"
+
+    def __init__(
+        self,
+        root: str | Path,
+        namespace: str,
+        name: str = "disk",
+        fsync: bool = True,
+        bandwidth_Bps: float = 2e9,
+        latency_s: float = 100e-6,
+    ) -> None:
+        self.name, self.bandwidth_Bps, self.latency_s, self.fsync = name, bandwidth_Bps, latency_s, fsync
+        self.dir = Path(root) / namespace
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: bytes) -> Path:
+        return self.dir / (key.hex() + self.SUFFIX)
+
+    def put(self, key: bytes, data: bytes) -> bool:
+        tmp = self.dir / f".tmp-{key.hex()}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._path(key))
+            if self.fsync:
+                dfd = os.open(self.dir, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            return True
+        except OSError as e:
+            log.warning("disk tier %s: cannot write block %s: %s", self.dir, key.hex(), e)
+            tmp.unlink(missing_ok=True)
+            return False
+
+    def get(self, key: bytes) -> memoryview | Miss:
+        p = self._path(key)
+        try:
+            with open(p, "rb", buffering=0) as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = bytearray(size)
+                got = f.readinto(buf)
+        except FileNotFoundError:
+            return Miss("absent")
+        except OSError as e:
+            return Miss(f"tier unavailable: {e.strerror}")
+        try:
+            if got != size:
+                raise frame.FrameError("short read")
+            frame.decode(buf, key)
+        except frame.FrameError as e:
+            log.warning("disk tier %s: block %s failed its check (%s); removed", self.dir, key.hex(), e)
+            p.unlink(missing_ok=True)
+            return Miss(f"checksum failure: {e}")
+        return memoryview(buf)
+
+    def delete(self, key: bytes) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def scan(self) -> Iterator[tuple[bytes, int]]:
+        """(key, frame bytes) of every well-formed block file, oldest first; cleans up the rest."""
+        found = []
+        for p in self.dir.iterdir():
+            if p.name.startswith(".tmp-"):
+                p.unlink(missing_ok=True)  # an interrupted write
+                continue
+            if p.suffix != self.SUFFIX:
+                continue
+            try:
+                key = bytes.fromhex(p.stem)
+                st = p.stat()
+                with open(p, "rb") as f:
+                    h = frame.read_header(f.read(frame.HEADER_BYTES + frame.MAX_TAG))
+                if h.key != key or h.frame_bytes != st.st_size:
+                    raise frame.FrameError("header disagrees with the file")
+            except (ValueError, OSError, frame.FrameError) as e:
+                log.warning("disk tier %s: dropping %s on open (%s)", self.dir, p.name, e)
+                p.unlink(missing_ok=True)
+                continue
+            found.append((st.st_mtime_ns, key, st.st_size))
+        found.sort()
+        return iter([(k, s) for _, k, s in found])
+
+
+class RedisTier:
+    """Frames as Redis string values under ``aitrinity:kv:<namespace>:<key hex>``.
+
+    Connection errors and timeouts mark the tier down for ``retry_s``; while it
+    is down every read is a miss ('tier unavailable') and writes are dropped. A
+    key Redis evicted (``maxmemory``) reads as absent. Checksums are verified.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        name: str = "redis",
+        timeout_s: float = 1.0,
+        retry_s: float = 5.0,
+        bandwidth_Bps: float = 1e9,
+        latency_s: float = 200e-6,
+        client: Any = None,
+    ) -> None:
+        import redis
+
+        self.name, self.bandwidth_Bps, self.latency_s = name, bandwidth_Bps, latency_s
+        self.prefix = f"aitrinity:kv:{namespace}:".encode()
+        self.retry_s = retry_s
+        self._errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        self._r = client or redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
+        )
+        self._down_until = 0.0
+        self.last_error = ""
+
+    def _name(self, key: bytes) -> bytes:
+        return self.prefix + key.hex().encode()
+
+    def _down(self, e: Exception) -> Miss:
+        self._down_until = time.monotonic() + self.retry_s
+        self.last_error = f"{type(e).__name__}: {e}"
+        log.warning("redis tier unavailable (%s); retrying in %.1f s", self.last_error, self.retry_s)
+        return Miss(f"tier unavailable: {self.last_error}")
+
+    @property
+    def available(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def put(self, key: bytes, data: bytes) -> bool:
+        if not self.available:
+            return False
+        try:
+            self._r.set(self._name(key), data)
+            return True
+        except self._errors as e:
+            self._down(e)
+            return False
+
+    def get(self, key: bytes) -> memoryview | Miss:
+        if not self.available:
+            return Miss(f"tier unavailable: {self.last_error}")
+        try:
+            d = self._r.get(self._name(key))
+        except self._errors as e:
+            return self._down(e)
+        if d is None:
+            return Miss("absent")
+        assert isinstance(d, bytes)
+        try:
+            frame.decode(d, key)
+        except frame.FrameError as e:
+            self.delete(key)
+            return Miss(f"checksum failure: {e}")
+        return memoryview(d)
+
+    def delete(self, key: bytes) -> None:
+        if not self.available:
+            return
+        try:
+            self._r.delete(self._name(key))
+        except self._errors as e:
+            self._down(e)
+
+    def scan(self) -> Iterator[tuple[bytes, int]]:
+        """Blocks already on the server under this namespace (a restart finds them again)."""
+        if not self.available:
+            return iter([])
+        out = []
+        try:
+            for name in self._r.scan_iter(match=self.prefix + b"*", count=1000):
+                size = self._r.strlen(name)
+                if size:
+                    out.append((bytes.fromhex(name[len(self.prefix) :].decode()), int(size)))
+        except self._errors as e:
+            self._down(e)
+        except ValueError:
+            pass
+        return iter(out)

@@ -1,0 +1,79 @@
+"""The Redis tier against a real server: namespacing, restart, corruption, server eviction, a dead server."""
+
+import pytest
+
+from aitrinity.systems.kvcache import Keyer, KVStore, MemoryTier, RedisTier, TierConfig
+
+from .conftest import start_redis
+
+pytestmark = pytest.mark.redis
+
+
+def payload(key: bytes, size: int = 4096) -> bytes:
+    return (key * (size // len(key) + 1))[:size]
+
+
+def put_prompt(s, k, toks, size=4096):
+    bk = k.keys(toks)
+    return s.put_blocks(bk, [payload(x, size) for x in bk.keys])
+
+
+def test_namespaced_and_found_again_after_restart(redis_server):
+    import redis
+
+    k = Keyer.of("tenant-a", block_tokens=4)
+    s = KVStore([TierConfig(RedisTier(redis_server.url, k.namespace), None)])
+    toks = list(range(12))
+    assert put_prompt(s, k, toks) == 3
+    names = redis.Redis.from_url(redis_server.url).keys("*")
+    assert len(names) == 3 and all(n.startswith(f"aitrinity:kv:{k.namespace}:".encode()) for n in names)
+    again = KVStore([TierConfig(RedisTier(redis_server.url, k.namespace), None)])
+    got = again.fetch(k.keys(toks))
+    assert [bytes(p) for p in got.payloads] == [payload(x) for x in k.keys(toks).keys]
+    other = Keyer.of("tenant-b", block_tokens=4)
+    assert (
+        KVStore([TierConfig(RedisTier(redis_server.url, other.namespace), None)]).lookup(other.keys(toks)).tokens == 0
+    )
+
+
+def test_corrupt_value_is_a_checksum_miss(redis_server):
+    import redis
+
+    k = Keyer.of("t", block_tokens=4)
+    s = KVStore([TierConfig(RedisTier(redis_server.url, k.namespace), None)])
+    toks = list(range(8))
+    put_prompt(s, k, toks)
+    r = redis.Redis.from_url(redis_server.url)
+    name = f"aitrinity:kv:{k.namespace}:{k.keys(toks).keys[0].hex()}"
+    r.setrange(name, 100, b"XX")
+    got = s.fetch(k.keys(toks))
+    assert got.blocks == 0 and got.miss.startswith("checksum failure")
+    assert not r.exists(name)
+
+
+def test_server_side_eviction_reads_as_evicted():
+    srv = start_redis("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
+    try:
+        k = Keyer.of("t", block_tokens=4)
+        s = KVStore([TierConfig(RedisTier(srv.url, k.namespace), None)])
+        prompts = [[p * 100 + i for i in range(4)] for p in range(40)]
+        for p in prompts:
+            put_prompt(s, k, p, size=256 * 1024)
+        misses = [s.fetch(k.keys(p)).miss for p in prompts]
+        assert any(m and "evicted by the redis tier" in m for m in misses)
+        assert misses[-1] is None  # the newest survived
+    finally:
+        srv.kill()
+
+
+def test_dead_server_is_a_miss_not_an_exception(redis_server):
+    k = Keyer.of("t", block_tokens=4)
+    tier = RedisTier(redis_server.url, k.namespace, timeout_s=0.5, retry_s=60)
+    s = KVStore([TierConfig(MemoryTier(), 3 * 100), TierConfig(tier, None)])
+    toks = list(range(16))
+    put_prompt(s, k, toks, size=60)
+    redis_server.kill()
+    got = s.fetch(k.keys(toks))  # the demoted blocks lived on the dead server
+    assert got.blocks == 0 and "tier unavailable" in got.miss
+    assert put_prompt(s, k, list(range(100, 116)), size=60) == 4  # writes still land in memory
+    assert not tier.available
