@@ -25,7 +25,8 @@ EPILOG = """examples:
   trinity plan llama-70b-training-h100      the best plans, the Pareto frontier and the chain
   trinity explain SCENARIO --from scenario  the chain from your own plan to the best one
   trinity plan SCENARIO --sweep link=25Gbit/s,100Gbit/s,400Gbit/s   where the best plan changes
-  trinity replay data/traces/mooncake_conversation_trace.jsonl --capacity 1M,3M,unbounded
+  trinity kv replay data/traces/mooncake_conversation_trace.jsonl --capacity 1M,3M,unbounded
+  trinity kv plan data/traces/mooncake_conversation_trace.jsonl --target 0.3   prefix-cache capacity per tier
   trinity calibrate --quick -o me.yaml      measure this machine; use me.yaml as a device
   trinity hardware compare h100-sxm h200 b200 mi300x   designs over the built-in workload suite
   trinity hardware compare h100 h100:hbm_capacity=141GiB,price=+50% --objective tokens_per_dollar
@@ -119,21 +120,19 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     ex.add_argument("--json", action="store_true")
 
+    from aitrinity.cli import kv
+
     rp = sub.add_parser(
         "replay",
-        help="prefix-cache hit rate of a request trace at several capacities",
-        description="Replay a Mooncake-format JSONL trace through an LRU prefix cache of full "
-        "token blocks (no KV is materialised) and print the token hit rate per "
-        "capacity.",
+        help="prefix-cache hit rate of a request trace (same as kv replay)",
+        description="Replay a Mooncake-format JSONL trace through the prefix cache's block index (no KV "
+        "is materialised): token hit rate, prefill FLOPs saved and bytes served per capacity. "
+        "The same command as `trinity kv replay`.",
+        epilog=kv.REPLAY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    rp.add_argument("trace", metavar="TRACE", help="JSONL trace: timestamp, input_length, output_length, hash_ids")
-    rp.add_argument(
-        "--capacity",
-        default="unbounded",
-        help="comma-separated capacities in tokens (e.g. 1M,3M,10M,unbounded; default unbounded)",
-    )
-    rp.add_argument("--block", type=int, default=512, help="tokens per block (default 512, the trace's)")
-    rp.add_argument("--json", action="store_true")
+    kv.add_replay_arguments(rp)
+    kv.add_parsers(sub)
 
     cal = sub.add_parser(
         "calibrate",
@@ -256,47 +255,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_replay(args: argparse.Namespace) -> int:
-    from aitrinity import traces, units
-    from aitrinity.cost.prefix_reuse import replay
-
-    if args.block <= 0:
-        raise SpecError("--block", args.block, "a positive number of tokens")
-    caps: list[int | None] = []
-    for part in args.capacity.split(","):
-        part = part.strip()
-        caps.append(None if part in ("unbounded", "inf", "") else int(units.parse_count(part)))
-    reqs = traces.load(args.trace)
-    results = [replay(reqs, c, args.block) for c in caps]
-    if args.json:
-        print(
-            _dump(
-                [
-                    {
-                        "capacity_tokens": r.capacity_tokens,
-                        "block_tokens": r.block_tokens,
-                        "requests": r.requests,
-                        "prompt_tokens": r.prompt_tokens,
-                        "hit_tokens": r.hit_tokens,
-                        "evictions": r.evictions,
-                        "token_hit_rate": r.token_hit_rate,
-                    }
-                    for r in results
-                ]
-            )
-        )
-        return 0
-    print(
-        f"{args.trace}: {results[0].requests:,} requests, {results[0].prompt_tokens:,} prompt tokens, "
-        f"{args.block}-token blocks, LRU"
-    )
-    print(f"  {'capacity (tokens)':>18s} {'token hit rate':>15s} {'evictions':>10s}")
-    for r in results:
-        cap = "unbounded" if r.capacity_tokens is None else f"{r.capacity_tokens:,}"
-        print(f"  {cap:>18s} {r.token_hit_rate:15.3f} {r.evictions:10,}")
-    return 0
-
-
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import yaml
 
@@ -413,8 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_diagnose(args)
         if args.command in ("plan", "explain"):
             return _cmd_plan(args)
-        if args.command == "replay":
-            return _cmd_replay(args)
+        if args.command in ("replay", "kv"):
+            from aitrinity.cli import kv
+
+            return kv.run(args)
         if args.command == "calibrate":
             return _cmd_calibrate(args)
         if args.command == "validate":

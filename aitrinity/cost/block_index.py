@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -40,7 +40,7 @@ class Full(Exception):
     """No block may be evicted to make room (every resident block is pinned or being read)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class BlockMeta:
     size_bytes: int
     flops: float
@@ -48,6 +48,11 @@ class BlockMeta:
     tick: int = 0
     pin: Literal["none", "soft", "hard"] = "none"
     readers: int = 0
+
+    @property
+    def guarded(self) -> bool:
+        """Pinned (hard or soft) or being read: not an ordinary eviction candidate."""
+        return self.pin != "none" or self.readers > 0
 
 
 class Policy(Protocol):
@@ -57,7 +62,7 @@ class Policy(Protocol):
     def hit(self, key: Key, meta: BlockMeta) -> None: ...
     def discard(self, key: Key) -> None: ...
     def evict(self, key: Key) -> None: ...
-    def victim(self, may_go: Callable[[Key], bool]) -> Key | None: ...
+    def victim(self, may_go: Callable[[Key], bool] | None) -> Key | None: ...
     def order(self, metas: dict[Key, BlockMeta]) -> list[Key]: ...
 
 
@@ -79,7 +84,9 @@ class LRU:
     def evict(self, key: Key) -> None:
         self._od.pop(key, None)
 
-    def victim(self, may_go: Callable[[Key], bool]) -> Key | None:
+    def victim(self, may_go: Callable[[Key], bool] | None) -> Key | None:
+        if may_go is None:
+            return next(iter(self._od), None)
         return next((k for k in self._od if may_go(k)), None)
 
     def order(self, metas: dict[Key, BlockMeta]) -> list[Key]:
@@ -115,14 +122,14 @@ class _HeapPolicy:
     def discard(self, key: Key) -> None:
         self._live.pop(key, None)
 
-    def victim(self, may_go: Callable[[Key], bool]) -> Key | None:
+    def victim(self, may_go: Callable[[Key], bool] | None) -> Key | None:
         skipped: list[tuple[float, int, Key]] = []
         found = None
         while self._heap:
             p, t, k = self._heap[0]
             if self._live.get(k) != (p, t):
                 heapq.heappop(self._heap)
-            elif may_go(k):
+            elif may_go is None or may_go(k):
                 found = k
                 break
             else:
@@ -186,6 +193,7 @@ class BlockIndex:
         self.policy = make_policy(policy)
         self.used_bytes = 0
         self.evictions = 0
+        self._guarded = 0  # blocks pinned or being read
         self._meta: dict[Key, BlockMeta] = {}
         self._clock = itertools.count(1)
 
@@ -246,7 +254,7 @@ class BlockIndex:
             self._drop(k)
             self.policy.evict(k)
         self.evictions += len(victims)
-        m = BlockMeta(size_bytes, flops, tick=next(self._clock))
+        m = BlockMeta(size_bytes, flops, 1, next(self._clock))
         self._meta[key] = m
         self.used_bytes += size_bytes
         self.policy.add(key, m)
@@ -255,6 +263,13 @@ class BlockIndex:
     def _choose_victims(self, need: int) -> list[tuple[Key, BlockMeta]]:
         chosen: dict[Key, BlockMeta] = {}
         freed = 0
+        if not self._guarded and need <= self.used_bytes:  # nothing pinned or read: plain policy order
+            while freed < need:
+                k = self.policy.victim(None if not chosen else lambda k: k not in chosen)
+                assert k is not None
+                chosen[k] = self._meta[k]
+                freed += chosen[k].size_bytes
+            return list(chosen.items())
         for soft_ok in (False, True):
 
             def may_go(k: Key, soft_ok: bool = soft_ok) -> bool:
@@ -283,22 +298,28 @@ class BlockIndex:
     def _drop(self, key: Key) -> None:
         m = self._meta.pop(key)
         self.used_bytes -= m.size_bytes
+        self._guarded -= m.guarded
+
+    def _guard(self, key: Key, change: Callable[[BlockMeta], None]) -> None:
+        m = self._require(key)
+        before = m.guarded
+        change(m)
+        self._guarded += m.guarded - before
 
     def pin(self, key: Key, soft: bool = False) -> None:
-        self._require(key).pin = "soft" if soft else "hard"
+        self._guard(key, lambda m: setattr(m, "pin", "soft" if soft else "hard"))
 
     def unpin(self, key: Key) -> None:
-        self._require(key).pin = "none"
+        self._guard(key, lambda m: setattr(m, "pin", "none"))
 
     def acquire(self, key: Key) -> None:
         """A reader starts: the block cannot be evicted until ``release``."""
-        self._require(key).readers += 1
+        self._guard(key, lambda m: setattr(m, "readers", m.readers + 1))
 
     def release(self, key: Key) -> None:
-        m = self._require(key)
-        if m.readers <= 0:
+        if self._require(key).readers <= 0:
             raise ValueError(f"release without acquire for {key!r}")
-        m.readers -= 1
+        self._guard(key, lambda m: setattr(m, "readers", m.readers - 1))
 
     def _require(self, key: Key) -> BlockMeta:
         m = self._meta.get(key)
@@ -309,7 +330,3 @@ class BlockIndex:
     def eviction_order(self) -> list[Key]:
         """Every resident block in the order the policy would evict it (pins and readers ignored)."""
         return self.policy.order(self._meta)
-
-    def touch_all(self, keys: Iterable[Key]) -> None:
-        for k in keys:
-            self.touch(k)

@@ -94,33 +94,41 @@ def replay_tiers(
             flop_memo[j] = block_flops(j)
         return flop_memo[j]
 
+    last = len(idx) - 1
+
     def place(level: int, key: Hashable, flops: float) -> None:
-        if level < len(idx) and idx[level].fits(size):
-            ix = idx[level]
+        ix = idx[level]
+        if ix.fits(size):
             victims = ix.insert(key, size, flops)
-            peak[level] = max(peak[level], ix.used_bytes)
-            for k, m in victims:
-                place(level + 1, k, m.flops)
+            if ix.used_bytes > peak[level]:
+                peak[level] = ix.used_bytes
+            if level < last:
+                for k, m in victims:
+                    place(level + 1, k, m.flops)
 
     hits = prompt = 0
     total_flops = saved = 0.0
     first = idx[0]
+    lower = idx[1:]
     for r in requests:
         blocks = r.hash_ids[: r.input_length // block_tokens]
         for j, b in enumerate(blocks):
-            level = next((i for i, ix in enumerate(idx) if b in ix), -1)
-            if level < 0:
+            for level, ix in enumerate(idx):  # noqa: B007 (used after the loop)
+                if b in ix:
+                    break
+            else:
                 break
             hit_blocks[level] += 1
             hits += block_tokens
-            saved += bflops(j)
+            if block_flops is not None:
+                saved += bflops(j)
         prompt += r.input_length
         if request_flops is not None:
             total_flops += request_flops(r.input_length)
         for j, b in enumerate(blocks):
             if first.touch(b):
                 continue
-            for ix in idx[1:]:
+            for ix in lower:
                 if ix.remove(b) is not None:
                     break
             place(0, b, bflops(j))

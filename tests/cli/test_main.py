@@ -83,3 +83,44 @@ def test_replay_command(capsys):
     assert [round(r["token_hit_rate"], 3) for r in rows] == [0.143, 0.373]
     assert main(["replay", str(trace), "--capacity", "lots"]) == 2
     assert "count" in capsys.readouterr().err
+
+
+def _small_trace(tmp_path):
+    lines = []
+    for i in range(60):
+        ids = list(range(i % 5 * 10, i % 5 * 10 + 1 + i % 7))
+        lines.append(
+            json.dumps({"timestamp": i * 500, "input_length": 512 * len(ids) + 7, "output_length": 5, "hash_ids": ids})
+        )
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_kv_replay_json_carries_rate_flops_and_bytes_per_tier(tmp_path, capsys):
+    trace = _small_trace(tmp_path)
+    assert main(["kv", "replay", str(trace), "--model", "llama-3.1-8b", "--capacity", "20000", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert 0 < r["token_hit_rate"] < 1 and r["prefill_flops_saved"] > 0
+    assert r["capacity_tokens"] == 39 * 512 and set(r["bytes_served"]) == {"cache"}
+    # bytes with a unit: 39 blocks of 8B KV (128 KiB per token, 64 MiB per block)
+    assert main(["kv", "replay", str(trace), "--model", "llama-3.1-8b", "--capacity", "2496MiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hit_tokens"] == r["hit_tokens"]
+    assert main(["kv", "replay", str(trace), "--tiers", "host-dram=1GiB,nvme-gen4", "--policy", "cost", "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert [x["name"] for x in t["tiers"]] == ["host-dram", "nvme-gen4"] and t["policy"] == "cost"
+    assert main(["kv", "replay", str(trace), "--capacity", "1M,unbounded", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "token hit rate" in out and "unbounded" in out
+
+
+def test_kv_plan_and_its_errors(tmp_path, capsys):
+    trace = _small_trace(tmp_path)
+    assert main(["kv", "plan", str(trace), "--target", "0.5", "--tiers", "host-dram=2GiB,nvme-gen4", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["allocation"]["token_hit_rate"] >= 0.5 and p["curve"]
+    assert main(["kv", "plan", str(trace), "--target", "0.99"]) == 2
+    assert "unbounded" in capsys.readouterr().err
+    assert main(["kv", "replay", str(trace), "--tiers", "no-such-tier"]) == 2
+    assert "no-such-tier" in capsys.readouterr().err
+    assert main(["kv", "replay", str(trace), "--capacity", "1M", "--tiers", "host-dram"]) == 2
