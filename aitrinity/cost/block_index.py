@@ -196,6 +196,8 @@ class BlockIndex:
         self._guarded = 0  # blocks pinned or being read
         self._meta: dict[Key, BlockMeta] = {}
         self._clock = itertools.count(1)
+        self.contains: Callable[[Key], bool] = self._meta.__contains__
+        """``key in index`` without a Python-level call (hot loops)."""
 
     def __len__(self) -> int:
         return len(self._meta)

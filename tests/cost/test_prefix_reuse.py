@@ -104,3 +104,28 @@ def test_other_policies_replay(policy):
     # 10 was used twice: LFU and cost-aware keep it where LRU would evict it
     assert r.hit_tokens == 8
     assert replay(seq, 8, 4, "lru").hit_tokens == 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_single_lru_fast_path_equals_the_block_index(seed):
+    """The one-tier LRU replay skips BlockIndex for speed; it must evict exactly as BlockIndex does."""
+    import random
+
+    from aitrinity.cost.prefix_reuse import ReplayTier, replay_tiers
+
+    rng = random.Random(seed)
+    seq = []
+    for _ in range(300):
+        ids = [rng.randrange(40) for _ in range(rng.randint(0, 6))]
+        seq.append(req(4 * len(ids) + rng.randint(0, 5), ids))
+    for cap in (None, 0, 4, 24, 60):
+        fast = replay_tiers(seq, [ReplayTier("c", cap)], block_tokens=4, block_flops=lambda j: j + 1.0)
+        # two tiers where the second holds nothing behave like one tier, through BlockIndex
+        slow = replay_tiers(
+            seq, [ReplayTier("c", cap), ReplayTier("none", 0)], block_tokens=4, block_flops=lambda j: j + 1.0
+        )
+        assert (fast.hit_tokens, fast.prefill_flops_saved) == (slow.hit_tokens, slow.prefill_flops_saved)
+        assert (fast.tiers[0].evictions, fast.tiers[0].peak_bytes) == (
+            slow.tiers[0].evictions,
+            slow.tiers[0].peak_bytes,
+        )

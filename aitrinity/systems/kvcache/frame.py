@@ -5,7 +5,7 @@
     offset  size  field
     0       4     magic b"ATKV"
     4       1     format version (1)
-    5       1     reserved (0)
+    5       1     flags: bit 0 = sealed (the checksum is set)
     6       2     tag length T (little-endian uint16)
     8       16    block key
     24      8     payload length P (uint64)
@@ -16,6 +16,11 @@
 The key is inside the checksum, so a block stored under the wrong name is
 caught like a flipped bit. No pickle: the payload is raw bytes its writer
 describes in the tag.
+
+A frame that stays in process memory need not be checksummed: it may be
+built unsealed (checksum 0, flag clear) and ``seal``-ed in place the first
+time it leaves the process (a disk write, a Redis SET). ``decode`` rejects
+an unsealed frame, so nothing unchecked is ever read back from outside.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 import xxhash
 
 MAGIC = b"ATKV"
@@ -30,6 +36,7 @@ VERSION = 1
 HEADER = struct.Struct("<4sBBH16sQQ")
 HEADER_BYTES = HEADER.size  # 40
 MAX_TAG = 1024
+SEALED = 1
 
 
 class FrameError(Exception):
@@ -44,16 +51,46 @@ def checksum(key: bytes, tag: bytes | bytearray | memoryview, payload: bytes | b
     return h.intdigest()
 
 
-def encode(key: bytes, payload: bytes | bytearray | memoryview, tag: str = "") -> bytes:
-    """One contiguous frame (one copy of the payload)."""
+def frame_bytes(payload_bytes: int, tag: str = "") -> int:
+    return HEADER_BYTES + len(tag.encode("utf-8")) + payload_bytes
+
+
+def encode_into(
+    buf: bytearray, key: bytes, payload: bytes | bytearray | memoryview, tag: str = "", seal: bool = True
+) -> None:
+    """Write a frame into ``buf`` (exactly ``frame_bytes`` long): one copy of the payload."""
     t = tag.encode("utf-8")
     if len(t) > MAX_TAG:
         raise ValueError(f"tag longer than {MAX_TAG} bytes")
     if len(key) != 16:
         raise ValueError("keys are 16 bytes")
     mv = memoryview(payload).cast("B")
-    head = HEADER.pack(MAGIC, VERSION, 0, len(t), key, mv.nbytes, checksum(key, t, mv))
-    return b"".join((head, t, mv))
+    start = HEADER_BYTES + len(t)
+    if len(buf) != start + mv.nbytes:
+        raise ValueError("buffer size != frame size")
+    csum = checksum(key, t, mv) if seal else 0
+    HEADER.pack_into(buf, 0, MAGIC, VERSION, SEALED if seal else 0, len(t), key, mv.nbytes, csum)
+    buf[HEADER_BYTES:start] = t
+    # numpy's copy is a plain memcpy; bytearray slice assignment stages large sources through a temporary
+    np.copyto(np.frombuffer(buf, dtype=np.uint8)[start:], np.frombuffer(mv, dtype=np.uint8))
+
+
+def seal(buf: bytearray | memoryview) -> None:
+    """Set the checksum of a frame built unsealed (in place; a no-op on a sealed frame)."""
+    h = read_header(buf)
+    if h.sealed:
+        return
+    start = HEADER_BYTES + h.tag_bytes
+    csum = checksum(h.key, buf[HEADER_BYTES:start], memoryview(buf)[start:])
+    struct.pack_into("<B", buf, 5, SEALED)
+    struct.pack_into("<Q", buf, 32, csum)
+
+
+def encode(key: bytes, payload: bytes | bytearray | memoryview, tag: str = "") -> bytearray:
+    """One contiguous frame in a new buffer."""
+    buf = bytearray(frame_bytes(memoryview(payload).nbytes, tag))
+    encode_into(buf, key, payload, tag)
+    return buf
 
 
 @dataclass(frozen=True)
@@ -63,6 +100,7 @@ class Header:
     payload_bytes: int
     checksum: int
     tag_bytes: int
+    sealed: bool
 
     @property
     def frame_bytes(self) -> int:
@@ -72,7 +110,7 @@ class Header:
 def read_header(buf: bytes | bytearray | memoryview) -> Header:
     if len(buf) < HEADER_BYTES:
         raise FrameError("truncated header")
-    magic, ver, _, tlen, key, plen, csum = HEADER.unpack_from(buf, 0)
+    magic, ver, flags, tlen, key, plen, csum = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         raise FrameError("not a block (bad magic)")
     if ver != VERSION:
@@ -83,7 +121,7 @@ def read_header(buf: bytes | bytearray | memoryview) -> Header:
         tag = bytes(buf[HEADER_BYTES : HEADER_BYTES + tlen]).decode("utf-8")
     except UnicodeDecodeError:
         raise FrameError("tag is not UTF-8") from None
-    return Header(key, tag, plen, csum, tlen)
+    return Header(key, tag, plen, csum, tlen, bool(flags & SEALED))
 
 
 def decode(buf: bytes | bytearray | memoryview, key: bytes | None = None) -> tuple[Header, memoryview]:
@@ -93,6 +131,8 @@ def decode(buf: bytes | bytearray | memoryview, key: bytes | None = None) -> tup
         raise FrameError(f"length {len(buf)} != {h.frame_bytes} (truncated or padded)")
     if key is not None and h.key != key:
         raise FrameError("the frame holds another block's key")
+    if not h.sealed:
+        raise FrameError("unsealed frame (no checksum)")
     mv = memoryview(buf)[HEADER_BYTES + h.tag_bytes :]
     if checksum(h.key, buf[HEADER_BYTES : HEADER_BYTES + h.tag_bytes], mv) != h.checksum:
         raise FrameError("checksum mismatch")

@@ -136,13 +136,18 @@ class KVStore:
         tier = self.tiers[level].tier
         nxt = level + 1
         if self.write == "back" and nxt < len(self.tiers) and key not in self.index[nxt]:
-            got = tier.get(key)
-            if not isinstance(got, Miss):
-                data = bytes(got)
-                if self.tiers[nxt].tier.put(key, data) and self._insert(nxt, key, len(data), flops):
-                    self.stats.demotions += 1
-        tier.delete(key)
+            self._demote(tier, nxt, key, flops)
+        tier.delete(key)  # after _demote returned: no view of the frame is left here
         self._forget(key, "evicted")
+
+    def _demote(self, tier: Tier, nxt: int, key: bytes, flops: float) -> None:
+        got = tier.get(key)
+        if (
+            not isinstance(got, Miss)
+            and _write(self.tiers[nxt].tier, key, got)
+            and self._insert(nxt, key, got.nbytes, flops)
+        ):
+            self.stats.demotions += 1
 
     # ------------------------------------------------------------------ writes
 
@@ -155,7 +160,10 @@ class KVStore:
         content: bytes | None = None,
     ) -> bool:
         """Store one block; False if no tier took it (all full of pinned blocks, or unavailable)."""
-        data = frame.encode(key, payload, tag)
+        mv = memoryview(payload).cast("B")
+        data = self.tiers[0].tier.buffer(frame.frame_bytes(mv.nbytes, tag))
+        seal = any(t.tier.sealed for t in (self.tiers if self.write == "through" else self.tiers[:1]))
+        frame.encode_into(data, key, mv, tag, seal)
         stored = False
         with self._lock:
             if content is not None:
@@ -165,7 +173,7 @@ class KVStore:
                 if key in self.index[i]:
                     self.index[i].touch(key)
                     stored = True
-                elif self.tiers[i].tier.put(key, data) and self._insert(i, key, len(data), flops):
+                elif _write(self.tiers[i].tier, key, data) and self._insert(i, key, len(data), flops):
                     stored = True
                 if stored and self.write == "back":
                     break  # write-back: the fastest tier that takes it (a full or failing tier passes it down)
@@ -193,7 +201,7 @@ class KVStore:
     # ------------------------------------------------------------------ reads
 
     def _level_of(self, key: bytes) -> int:
-        return next((i for i, ix in enumerate(self.index) if key in ix), -1)
+        return next((i for i, ix in enumerate(self.index) if ix.contains(key)), -1)
 
     def _why(self, bk: BlockKeys, j: int) -> str:
         key = bk.keys[j]
@@ -209,14 +217,19 @@ class KVStore:
 
     def lookup(self, bk: BlockKeys) -> Lookup:
         """How much of the prefix is cached, and where (no data read, no policy update)."""
+        names = [t.tier.name for t in self.tiers]
         with self._lock:
-            sources: list[str] = []
-            for k in bk.keys:
-                lv = self._level_of(k)
-                if lv < 0:
-                    break
-                sources.append(self.tiers[lv].tier.name)
-            per = {t.tier.name: ix.prefix(bk.keys) for t, ix in zip(self.tiers, self.index, strict=True)}
+            per = {name: ix.prefix(bk.keys) for name, ix in zip(names, self.index, strict=True)}
+            if len(self.index) == 1:
+                sources = [names[0]] * per[names[0]]
+            else:
+                sources = []
+                tests = [(ix.contains, name) for ix, name in zip(self.index, names, strict=True)]
+                for k in bk.keys:
+                    name = next((n for has, n in tests if has(k)), None)
+                    if name is None:
+                        break
+                    sources.append(name)
             miss = self._why(bk, len(sources)) if len(sources) < len(bk.keys) else None
         return Lookup(len(sources), len(sources) * bk.block_tokens, sources, per, miss)
 
@@ -285,7 +298,7 @@ class KVStore:
                 return
             meta = self.index[level].meta(key)
             t0 = self.tiers[0].tier
-            if t0.put(key, bytes(data)) and self._insert(0, key, data.nbytes, meta.flops if meta else 0.0):
+            if _write(t0, key, data) and self._insert(0, key, data.nbytes, meta.flops if meta else 0.0):
                 self.stats.promotions += 1
                 if self.write == "back" and key in self.index[level] and self.index[level].meta(key).readers == 0:  # type: ignore[union-attr]
                     self.index[level].remove(key)
@@ -308,3 +321,10 @@ class KVStore:
     def used_bytes(self) -> dict[str, int]:
         with self._lock:
             return {t.tier.name: ix.used_bytes for t, ix in zip(self.tiers, self.index, strict=True)}
+
+
+def _write(tier: Tier, key: bytes, data: bytearray | memoryview) -> bool:
+    """Put a frame, sealing it first where it leaves the process."""
+    if tier.sealed:
+        frame.seal(data)
+    return tier.put(key, data)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,21 +39,39 @@ class Tier(Protocol):
     name: str
     bandwidth_Bps: float
     latency_s: float
+    sealed: bool
+    """True: frames leave the process here, so they must carry their checksum (``frame.seal``)."""
 
-    def put(self, key: bytes, data: bytes) -> bool: ...
+    def buffer(self, size: int) -> bytearray: ...
+    def put(self, key: bytes, data: bytes | bytearray | memoryview) -> bool: ...
     def get(self, key: bytes) -> memoryview | Miss: ...
     def delete(self, key: bytes) -> None: ...
     def scan(self) -> Iterator[tuple[bytes, int]]: ...
 
 
 class MemoryTier:
-    """Frames in a dict; reads are zero-copy views, not re-checked (nothing crossed a boundary)."""
+    """Frames in a dict; reads are zero-copy views, not re-checked (nothing crossed a boundary).
 
-    def __init__(self, name: str = "memory", bandwidth_Bps: float = 10e9, latency_s: float = 1e-6) -> None:
+    A deleted frame's buffer is kept for the next frame of the same size (up
+    to ``spare`` per size) when nothing still views it, so a tier at capacity
+    writes into warm memory instead of faulting in fresh pages.
+    """
+
+    sealed = False
+
+    def __init__(
+        self, name: str = "memory", bandwidth_Bps: float = 10e9, latency_s: float = 1e-6, spare: int = 4
+    ) -> None:
         self.name, self.bandwidth_Bps, self.latency_s = name, bandwidth_Bps, latency_s
-        self._d: dict[bytes, bytes] = {}
+        self._d: dict[bytes, bytes | bytearray | memoryview] = {}
+        self._spare: dict[int, list[bytearray]] = {}
+        self._max_spare = spare
 
-    def put(self, key: bytes, data: bytes) -> bool:
+    def buffer(self, size: int) -> bytearray:
+        free = self._spare.get(size)
+        return free.pop() if free else bytearray(size)
+
+    def put(self, key: bytes, data: bytes | bytearray | memoryview) -> bool:
         self._d[key] = data
         return True
 
@@ -60,13 +80,37 @@ class MemoryTier:
         return Miss("absent") if d is None else memoryview(d)
 
     def delete(self, key: bytes) -> None:
-        self._d.pop(key, None)
+        d = self._d.pop(key, None)
+        # reuse only a buffer nobody else holds: a reader's view keeps a reference (CPython refcount)
+        if isinstance(d, bytearray) and sys.getrefcount(d) == 2:
+            free = self._spare.setdefault(len(d), [])
+            if len(free) < self._max_spare:
+                free.append(d)
 
     def scan(self) -> Iterator[tuple[bytes, int]]:
         return iter([])  # nothing survives the process
 
 
-class DiskTier:
+class _Scratch:
+    """Frame buffers for tiers that copy a frame out on ``put`` (a file, a socket) and keep nothing.
+
+    One warm buffer per size and thread, reused for the next frame: the frame is
+    dead once ``put`` returns, so a new block never faults in fresh pages.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def buffer(self, size: int) -> bytearray:
+        bufs: dict[int, bytearray] = self._local.__dict__.setdefault("bufs", {})
+        if size not in bufs:
+            if len(bufs) >= 4:
+                bufs.clear()
+            bufs[size] = bytearray(size)
+        return bufs[size]
+
+
+class DiskTier(_Scratch):
     """One file per block under ``root/namespace/``: written to a temp file, fsynced, renamed.
 
     A reader sees either the whole old file or the whole new one, never a torn
@@ -76,6 +120,7 @@ class DiskTier:
     """
 
     SUFFIX = ".kvb"
+    sealed = True
 
     def __init__(
         self,
@@ -86,6 +131,7 @@ class DiskTier:
         bandwidth_Bps: float = 2e9,
         latency_s: float = 100e-6,
     ) -> None:
+        super().__init__()
         self.name, self.bandwidth_Bps, self.latency_s, self.fsync = name, bandwidth_Bps, latency_s, fsync
         self.dir = Path(root) / namespace
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +139,7 @@ class DiskTier:
     def _path(self, key: bytes) -> Path:
         return self.dir / (key.hex() + self.SUFFIX)
 
-    def put(self, key: bytes, data: bytes) -> bool:
+    def put(self, key: bytes, data: bytes | bytearray | memoryview) -> bool:
         tmp = self.dir / f".tmp-{key.hex()}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -167,13 +213,15 @@ class DiskTier:
         return iter([(k, s) for _, k, s in found])
 
 
-class RedisTier:
+class RedisTier(_Scratch):
     """Frames as Redis string values under ``aitrinity:kv:<namespace>:<key hex>``.
 
     Connection errors and timeouts mark the tier down for ``retry_s``; while it
     is down every read is a miss ('tier unavailable') and writes are dropped. A
     key Redis evicted (``maxmemory``) reads as absent. Checksums are verified.
     """
+
+    sealed = True
 
     def __init__(
         self,
@@ -188,6 +236,7 @@ class RedisTier:
     ) -> None:
         import redis
 
+        super().__init__()
         self.name, self.bandwidth_Bps, self.latency_s = name, bandwidth_Bps, latency_s
         self.prefix = f"aitrinity:kv:{namespace}:".encode()
         self.retry_s = retry_s
@@ -211,15 +260,32 @@ class RedisTier:
     def available(self) -> bool:
         return time.monotonic() >= self._down_until
 
-    def put(self, key: bytes, data: bytes) -> bool:
+    def put(self, key: bytes, data: bytes | bytearray | memoryview) -> bool:
         if not self.available:
             return False
         try:
-            self._r.set(self._name(key), data)
+            self._set(self._name(key), memoryview(data))
             return True
         except self._errors as e:
             self._down(e)
             return False
+
+    def _set(self, name: bytes, value: memoryview) -> None:
+        """SET as one RESP command sent in three writes: the value goes to the socket as is, never copied
+        (redis-py's packer, with hiredis, copies a large value more slowly than the link carries it)."""
+        head = b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, value.nbytes)
+        pool = self._r.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([head, value, b"\r\n"], check_health=False)
+            reply = conn.read_response()
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        if reply not in (b"OK", "OK"):
+            raise OSError(f"unexpected SET reply {reply!r}")
 
     def get(self, key: bytes) -> memoryview | Miss:
         if not self.available:

@@ -1,0 +1,296 @@
+"""The KV-cache store against its physical references, each measured in the same run (issue 4).
+
+- memory tier put (at capacity: each put evicts) / get(+copy out) for 1-32 MiB blocks vs ``memcpy`` (numpy copyto
+  into a warm buffer); goal >= 50%. Also put while filling (fresh pages) vs a copy into a new buffer.
+- disk tier read (read + checksum) vs a plain sequential read of the same file (page cache warm for both); goal >= 50%
+- Redis tier get / put vs ``redis-benchmark`` (1 client, no pipelining, same value size); goal >= 50%
+- block-index lookups per second with 100k cached blocks; goal >= 1M blocks/s
+- CPU time-to-first-token with vs without reuse, tiny Llama (transformers), 90% shared prefix; goal >= 5x lower
+
+    python benchmarks/bench_kvcache.py [--quick] [--json] [--skip redis,ttft]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from aitrinity.cost.block_index import BlockIndex
+from aitrinity.systems.kvcache import BlockKeys, DiskTier, Keyer, KVStore, MemoryTier, RedisTier, TierConfig
+
+MiB = 2**20
+
+
+def best(fn: Callable[[], object], repeat: int, loop_s: float = 0.05) -> float:
+    """Time per call: the best of ``repeat`` loops, each ~``loop_s`` long (after a warm-up)."""
+    fn()
+    t = time.perf_counter()
+    fn()
+    n = max(1, int(loop_s / max(time.perf_counter() - t, 1e-7)))
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - t) / n)
+    return min(times)
+
+
+def keys(n: int, salt: str = "bench") -> list[bytes]:
+    k = Keyer.of(salt, block_tokens=1)
+    return k.keys(list(range(n))).keys
+
+
+def _memory_row(size: int, repeat: int) -> dict[str, float]:
+    src = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+    dst = np.empty_like(src)
+    memcpy = size / best(lambda: np.copyto(dst, src), repeat)
+    kept: list[np.ndarray] = []
+    fresh_copy = size / best(lambda: kept.append(np.array(src, copy=True)), repeat)  # new pages each time
+    kept.clear()
+    # a tier at capacity (the steady state of a cache): every put evicts one block
+    store = KVStore([TierConfig(MemoryTier(), 4 * (size + 64))])
+    it = iter(keys(100_000))
+    put = size / best(lambda: store.put(next(it), memoryview(src)), repeat)
+    filling = KVStore([TierConfig(MemoryTier(), None)])
+    put_fill = size / best(lambda: filling.put(next(it), memoryview(src)), repeat)
+    one = BlockKeys(store.index[0].eviction_order()[-1:], [b""], 1)  # type: ignore[arg-type]
+
+    def get_copy() -> None:
+        got = store.fetch(one)
+        np.copyto(dst, np.frombuffer(got.payloads[0], dtype=np.uint8))
+
+    get = size / best(get_copy, repeat)
+    return {
+        "block_MiB": size / MiB,
+        "memcpy_GBps": memcpy / 1e9,
+        "put_GBps": put / 1e9,
+        "get_copy_GBps": get / 1e9,
+        "put_vs_memcpy": put / memcpy,
+        "get_vs_memcpy": get / memcpy,
+        "fresh_copy_GBps": fresh_copy / 1e9,
+        "put_filling_GBps": put_fill / 1e9,
+        "put_filling_vs_fresh_copy": put_fill / fresh_copy,
+    }
+
+
+def memory_tier(sizes: list[int], repeat: int) -> list[dict[str, float]]:
+    return [_memory_row(size, repeat) for size in sizes]
+
+
+def _disk_row(d: str, size: int, repeat: int) -> dict[str, float]:
+    payload = os.urandom(size)
+    k = Keyer.of("bench", block_tokens=1)
+    tier = DiskTier(d, k.namespace, fsync=False)
+    store = KVStore([TierConfig(tier, None)])
+    bk = k.keys([size % 1000])
+    store.put_blocks(bk, [payload])
+    path = tier.dir / (bk.keys[0].hex() + DiskTier.SUFFIX)
+
+    def plain() -> None:
+        with open(path, "rb", buffering=0) as f:
+            buf = bytearray(os.fstat(f.fileno()).st_size)
+            f.readinto(buf)
+
+    ref = size / best(plain, repeat)
+    ours = size / best(lambda: store.fetch(bk), repeat)
+    return {
+        "block_MiB": size / MiB,
+        "sequential_read_GBps": ref / 1e9,
+        "get_GBps": ours / 1e9,
+        "get_vs_read": ours / ref,
+    }
+
+
+def disk_tier(sizes: list[int], repeat: int) -> list[dict[str, float]]:
+    with tempfile.TemporaryDirectory() as d:
+        return [_disk_row(d, size, repeat) for size in sizes]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_tier(sizes: list[int], requests: int) -> list[dict[str, float]] | str:
+    exe, bench = shutil.which("redis-server"), shutil.which("redis-benchmark")
+    if not exe or not bench:
+        return "skipped: redis-server / redis-benchmark not installed"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        rows = []
+        for size in sizes:
+            out = subprocess.run(
+                [
+                    bench,
+                    "-p",
+                    str(port),
+                    "-t",
+                    "set,get",
+                    "-d",
+                    str(size),
+                    "-n",
+                    str(requests),
+                    "-c",
+                    "1",
+                    "-P",
+                    "1",
+                    "-q",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            rps = {m.group(1).lower(): float(m.group(2)) for m in re.finditer(r"(SET|GET): ([\d.]+) requests", out)}
+            # a tier at capacity (8 blocks): each put SETs one block and DELs the evicted one, so the server
+            # reuses memory as redis-benchmark's single key does
+            k = Keyer.of(f"bench-{size}", block_tokens=1)
+            tier = RedisTier(f"redis://127.0.0.1:{port}/0", k.namespace, timeout_s=10)
+            store = KVStore([TierConfig(tier, 8 * (size + 64))])
+            payload = os.urandom(size)
+            ks = keys(2 * requests, f"bench-{size}")
+            for key in ks[:requests]:  # warm-up pass
+                assert store.put(key, payload)
+            t = time.perf_counter()
+            for key in ks[requests:]:
+                assert store.put(key, payload)
+            put = requests * size / (time.perf_counter() - t)
+            resident = [BlockKeys([key], [key], 1) for key in ks[-8:]]
+            t = time.perf_counter()
+            for i in range(requests):
+                assert store.fetch(resident[i % 8]).blocks == 1
+            get = requests * size / (time.perf_counter() - t)
+            ref_set, ref_get = rps["set"] * size, rps["get"] * size
+            rows.append(
+                {
+                    "value_MiB": size / MiB,
+                    "redis_benchmark_set_GBps": ref_set / 1e9,
+                    "redis_benchmark_get_GBps": ref_get / 1e9,
+                    "put_GBps": put / 1e9,
+                    "get_GBps": get / 1e9,
+                    "put_vs_benchmark": put / ref_set,
+                    "get_vs_benchmark": get / ref_get,
+                }
+            )
+        return rows
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def index_lookups(blocks: int = 100_000, prompt_blocks: int = 64) -> dict[str, float]:
+    ix = BlockIndex(None)
+    ks = keys(blocks)
+    for k in ks:
+        ix.insert(k, 1)
+    prompts = [ks[i : i + prompt_blocks] for i in range(0, blocks - prompt_blocks, prompt_blocks)]
+    t = time.perf_counter()
+    n = sum(ix.prefix(p) for p in prompts)
+    index_rate = n / (time.perf_counter() - t)
+    store = KVStore([TierConfig(MemoryTier(), None)])
+    for k in ks:
+        store.put(k, b"x")
+    bks = [BlockKeys(p, p, 1) for p in prompts]
+    t = time.perf_counter()
+    n = sum(store.lookup(bk).blocks for bk in bks)
+    store_rate = n / (time.perf_counter() - t)
+    return {
+        "cached_blocks": blocks,
+        "index_prefix_blocks_per_s": index_rate,
+        "store_lookup_blocks_per_s": store_rate,
+        "store_blocks": sum(len(ix) for ix in store.index),
+    }
+
+
+def ttft(prompt_tokens: int, shared: float, repeat: int) -> dict[str, float] | str:
+    try:
+        import torch
+
+        from aitrinity.systems.kvcache.hf import PrefixCachedLM, keyer_for, tiny_llama
+    except ImportError as e:
+        return f"skipped: {e}"
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    model = tiny_llama()
+    block = 256
+    gen = torch.Generator().manual_seed(0)
+    n_shared = int(prompt_tokens * shared) // block * block
+    prefix = torch.randint(0, 2048, (n_shared,), generator=gen).tolist()
+    prompts = [
+        prefix + torch.randint(0, 2048, (prompt_tokens - n_shared,), generator=gen).tolist() for _ in range(repeat + 1)
+    ]
+    out: dict[str, float] = {"prompt_tokens": prompt_tokens, "shared_tokens": n_shared}
+    with tempfile.TemporaryDirectory() as d:
+        for name, tier in (("memory", MemoryTier()), ("disk", DiskTier(d, "ttft", fsync=False))):
+            store = KVStore([TierConfig(tier, None)])
+            lm = PrefixCachedLM(model, store, keyer_for(model, block_tokens=block))
+            lm.generate(prompts[0], 1)  # stores the shared prefix
+            cold = [lm.generate(p, 1, reuse=False).ttft_s for p in prompts[1:]]
+            warm = [lm.generate(p, 1) for p in prompts[1:]]
+            assert all(w.reused_tokens == n_shared for w in warm)
+            for p, w in zip(prompts[1:], warm, strict=True):
+                assert w.tokens == lm.generate(p, 1, reuse=False).tokens
+            out["no_reuse_ttft_s"] = statistics.median(cold)
+            out[f"{name}_reuse_ttft_s"] = statistics.median(w.ttft_s for w in warm)
+            out[f"{name}_speedup"] = out["no_reuse_ttft_s"] / out[f"{name}_reuse_ttft_s"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: memory,disk,redis,index,ttft")
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    sizes = [MiB, 4 * MiB, 32 * MiB] if a.quick else [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB]
+    repeat = 3 if a.quick else 7
+    res: dict[str, object] = {"python": sys.version.split()[0], "cpus": len(os.sched_getaffinity(0))}
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("memory", lambda: memory_tier(sizes, repeat)),
+        ("disk", lambda: disk_tier(sizes, repeat)),
+        ("redis", lambda: redis_tier([MiB, 4 * MiB] if a.quick else [MiB, 4 * MiB, 16 * MiB], 50 if a.quick else 200)),
+        ("index", index_lookups),
+        ("ttft", lambda: ttft(2560, 0.9, 3 if a.quick else 7)),
+    ]
+    for name, fn in steps:
+        if name not in skip:
+            print(f"bench: {name}", file=sys.stderr)
+            res[name] = fn()
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    for name, val in res.items():
+        if isinstance(val, list):
+            print(f"\n## {name}")
+            cols = list(val[0])
+            print(" | ".join(cols))
+            for row in val:
+                print(" | ".join(f"{row[c]:.3g}" for c in cols))
+        else:
+            print(f"\n## {name}: {val}")
+
+
+if __name__ == "__main__":
+    main()
