@@ -20,13 +20,15 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from aitrinity.spec.model import ModelSpec
+from aitrinity.systems.kvcache.decision import ReuseCost, plan_request
 from aitrinity.systems.kvcache.keys import DEFAULT_BLOCK_TOKENS, Keyer
 from aitrinity.systems.kvcache.store import KVStore
 
@@ -72,6 +74,13 @@ def keyer_for(model: Any, salt: str = "", block_tokens: int = DEFAULT_BLOCK_TOKE
     return Keyer.of(salt, block_tokens, arch=digest, dtype=dtype, layout=LAYOUT, **extra)
 
 
+def model_spec(model: Any, name: str = "hf-model") -> ModelSpec:
+    """The cost model's view of a transformers model (its config)."""
+    from aitrinity.catalog.hf import from_hf_config
+
+    return from_hf_config(model.config.to_dict(), name, where="model.config")
+
+
 @dataclass
 class Generation:
     tokens: list[int]
@@ -82,6 +91,9 @@ class Generation:
     stored_blocks: int
     sources: list[str] = field(default_factory=list)
     miss: str | None = None
+    """Why the prompt's next block was not loaded (None: every usable block was)."""
+    choice: str = "load"
+    """load / partial / recompute (the cost decision; 'load' without one)."""
 
 
 def _shape(model: Any) -> tuple[int, int, int]:
@@ -93,19 +105,13 @@ def _shape(model: Any) -> tuple[int, int, int]:
 class PrefixCachedLM:
     """``generate(prompt, n)``: greedy tokens, with the prompt's cached prefix KV loaded from ``store``.
 
-    ``plan(prompt_tokens, sources)`` may cap how many cached blocks are loaded
-    (the load-vs-recompute decision, e.g. ``cost.kv_reuse.decide``); by default
-    every cached block is.
+    With ``cost`` each request loads what the load-vs-recompute decision says
+    (``systems.kvcache.decision``: every cached block, some, or none); without,
+    every cached block.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        store: KVStore | None,
-        keyer: Keyer,
-        plan: Callable[[int, list[str]], int] | None = None,
-    ) -> None:
-        self.model, self.store, self.keyer, self.plan = model, store, keyer, plan
+    def __init__(self, model: Any, store: KVStore | None, keyer: Keyer, cost: ReuseCost | None = None) -> None:
+        self.model, self.store, self.keyer, self.cost = model, store, keyer, cost
         self.layers, self.kv_heads, self.head_dim = _shape(model)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
@@ -163,12 +169,16 @@ class PrefixCachedLM:
         payloads: list[memoryview] = []
         sources: list[str] = []
         miss: str | None = None
+        choice = "load"
         if reuse and self.store is not None:
             usable = (n - 1) // b
-            if self.plan is not None:
-                usable = min(usable, self.plan(n, self.store.lookup(bk).sources[:usable]))
+            if self.cost is not None:
+                rp = plan_request(self.store, bk, n, self.cost)
+                choice = rp.decision.choice
+                if choice != "load":
+                    usable, miss = rp.decision.load_tokens // b, rp.explanation
             got = self.store.fetch(bk, usable)
-            payloads, sources, miss = got.payloads, got.sources, got.miss
+            payloads, sources, miss = got.payloads, got.sources, got.miss or miss
             if any(t != self.tag for t in got.tags):
                 payloads, sources, miss = [], [], "layout mismatch"
         start = len(payloads) * b
@@ -184,4 +194,4 @@ class PrefixCachedLM:
             logits, cache = self._forward([tok], cache)
             tok = int(logits.argmax())
             tokens.append(tok)
-        return Generation(tokens, ttft, time.perf_counter() - t0, n, start, stored, sources, miss)
+        return Generation(tokens, ttft, time.perf_counter() - t0, n, start, stored, sources, miss, choice)

@@ -6,7 +6,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="transformers is an extra: pip install -e '.[hf]'")
 
 from aitrinity.systems.kvcache import DiskTier, KVStore, MemoryTier, RedisTier, TierConfig  # noqa: E402
-from aitrinity.systems.kvcache.hf import PrefixCachedLM, keyer_for, tiny_llama  # noqa: E402
+from aitrinity.systems.kvcache.decision import ReuseCost  # noqa: E402
+from aitrinity.systems.kvcache.hf import PrefixCachedLM, keyer_for, model_spec, tiny_llama  # noqa: E402
 
 from .conftest import start_redis  # noqa: E402
 
@@ -61,14 +62,23 @@ def test_another_salt_or_model_never_loads(model):
     assert c.reused_tokens == 0
 
 
-def test_a_plan_can_cap_the_load(model):
-    store = KVStore([TierConfig(MemoryTier())])
-    lm = PrefixCachedLM(model, store, keyer_for(model, block_tokens=BLOCK), plan=lambda n, src: 1)
+def test_the_cost_decision_loads_from_fast_tiers_and_recomputes_past_slow_ones(model, tmp_path):
+    spec = model_spec(model)
+    cost = ReuseCost(spec, flops_per_s=50e9, kv_dtype="fp32")
+    # the same blocks behind a fast tier and behind a 1 MB/s one with 50 ms per block
+    fast = KVStore([TierConfig(MemoryTier(bandwidth_Bps=20e9, latency_s=1e-6))])
+    slow = KVStore([TierConfig(DiskTier(tmp_path, "ns", fsync=False, bandwidth_Bps=1e6, latency_s=0.05))])
     p = tokens(400, 6)
-    lm.generate(p, 1)
-    again = lm.generate(p, 3)
-    assert again.reused_tokens == BLOCK
-    assert again.tokens == lm.generate(p, 3, reuse=False).tokens
+    for store in (fast, slow):
+        lm = PrefixCachedLM(model, store, keyer_for(model, block_tokens=BLOCK), cost=cost)
+        lm.generate(p, 1)
+        again = lm.generate(p, 3)
+        assert again.tokens == lm.generate(p, 3, reuse=False).tokens
+        if store is fast:
+            assert again.choice == "load" and again.reused_tokens == 6 * BLOCK
+        else:
+            assert again.choice == "recompute" and again.reused_tokens == 0
+            assert again.miss.startswith("not worth loading")
 
 
 @pytest.mark.redis

@@ -174,3 +174,25 @@ def test_concurrent_readers_and_writers_never_lose_or_mix_blocks(tmp_path):
         bk = k.keys(p)
         got = s.fetch(bk)
         assert [bytes(x) for x in got.payloads] == [payload(key, 256) for key in bk.keys[: got.blocks]]
+
+
+def test_request_plan_partial_load_across_tiers(tmp_path):
+    from aitrinity import catalog
+    from aitrinity.systems.kvcache.decision import ReuseCost, plan_request
+
+    k = Keyer.of("t", block_tokens=512)
+    fb = HEADER_BYTES + 64
+    fast = MemoryTier(bandwidth_Bps=100e9, latency_s=1e-6)
+    slow = DiskTier(tmp_path, k.namespace, fsync=False, bandwidth_Bps=10e6, latency_s=0.02)
+    s = KVStore([TierConfig(fast, 2 * fb), TierConfig(slow)])
+    toks = list(range(512 * 6 + 1))
+    bk = k.keys(toks)
+    s.put_blocks(bk, [payload(x) for x in bk.keys])  # write-back: the first four demoted to the slow tier
+    rp = plan_request(s, bk, len(toks), ReuseCost(catalog.model("llama-3.1-8b"), 400e12))
+    assert rp.lookup.sources == ["disk"] * 4 + ["memory"] * 2
+    # the slow tier holds the leading blocks, so nothing after them can be loaded without them: recompute
+    assert rp.decision.choice == "recompute" and rp.explanation.startswith("not worth loading")
+    s.fetch(bk, 2)  # promote the first two into memory (which demotes the last two)
+    rp = plan_request(s, bk, len(toks), ReuseCost(catalog.model("llama-3.1-8b"), 400e12))
+    assert rp.lookup.sources[:2] == ["memory", "memory"]
+    assert rp.decision.choice == "partial" and rp.decision.tokens_by_tier == {"memory": 1024}
