@@ -173,8 +173,11 @@ class KVStore:
                 if key in self.index[i]:
                     self.index[i].touch(key)
                     stored = True
-                elif _write(self.tiers[i].tier, key, data) and self._insert(i, key, len(data), flops):
-                    stored = True
+                else:
+                    t = self.tiers[i].tier
+                    # only the tier that lent the buffer may keep it; a lower memory tier gets its own copy
+                    own = data if i == 0 or t.sealed else bytearray(data)
+                    stored = _write(t, key, own) and self._insert(i, key, len(data), flops)
                 if stored and self.write == "back":
                     break  # write-back: the fastest tier that takes it (a full or failing tier passes it down)
             if stored:

@@ -196,3 +196,16 @@ def test_request_plan_partial_load_across_tiers(tmp_path):
     rp = plan_request(s, bk, len(toks), ReuseCost(catalog.model("llama-3.1-8b"), 400e12))
     assert rp.lookup.sources[:2] == ["memory", "memory"]
     assert rp.decision.choice == "partial" and rp.decision.tokens_by_tier == {"memory": 1024}
+
+
+def test_a_memory_tier_below_a_disk_tier_keeps_its_own_copy(tmp_path):
+    """The disk tier lends a reusable scratch buffer for each frame; a memory tier after it must not keep it."""
+    k = Keyer.of("t", block_tokens=4)
+    s = KVStore([TierConfig(DiskTier(tmp_path, k.namespace, fsync=False)), TierConfig(MemoryTier())], write="through")
+    a, b = k.keys([1, 2, 3, 4]), k.keys([5, 6, 7, 8])
+    s.put_blocks(a, [payload(a.keys[0])])
+    s.put_blocks(b, [payload(b.keys[0])])  # same size: the same scratch buffer
+    (tmp_path / k.namespace / (a.keys[0].hex() + ".kvb")).unlink()
+    s.index[0].remove(a.keys[0])
+    got = s.fetch(a)
+    assert got.sources == ["memory"] and bytes(got.payloads[0]) == payload(a.keys[0])
