@@ -139,14 +139,14 @@ class PrefixCachedLM:
             cache.update(k, v, layer)
         return cache
 
-    def _blocks(self, cache: Any, first: int, last: int) -> list[bytes]:
+    def _blocks(self, cache: Any, first: int, last: int) -> list[memoryview]:
         b = self.keyer.block_tokens
         ks = [(lay.keys, lay.values) for lay in cache.layers] if hasattr(cache, "layers") else list(cache)
         out = []
         for j in range(first, last):
             s = slice(j * b, (j + 1) * b)
             blk = torch.stack([torch.stack((k[0, :, s], v[0, :, s])) for k, v in ks]).contiguous().cpu()
-            out.append(blk.view(_INT_OF_SIZE[blk.element_size()]).numpy().tobytes())
+            out.append(memoryview(blk.view(_INT_OF_SIZE[blk.element_size()]).numpy().reshape(-1)))
         return out
 
     # -------------------------------------------------------------- generation
