@@ -146,7 +146,7 @@ class PrefixCachedLM:
         for j in range(first, last):
             s = slice(j * b, (j + 1) * b)
             blk = torch.stack([torch.stack((k[0, :, s], v[0, :, s])) for k, v in ks]).contiguous().cpu()
-            out.append(memoryview(blk.view(_INT_OF_SIZE[blk.element_size()]).numpy().reshape(-1)))
+            out.append(blk.view(_INT_OF_SIZE[blk.element_size()]).numpy().reshape(-1).data)
         return out
 
     # -------------------------------------------------------------- generation
