@@ -1,0 +1,5 @@
+"""The Controller: telemetry in, a re-diagnosis each period, a switch when it pays (shared by systems and sim)."""
+
+from aitrinity.control.controller import Controller, Decision
+
+__all__ = ["Controller", "Decision"]

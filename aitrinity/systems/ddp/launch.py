@@ -1,0 +1,78 @@
+"""Start the ranks of a data-parallel run as processes (optionally in a shaped namespace) and collect their JSON.
+
+Each rank is ``python -m aitrinity.systems.ddp.worker CONFIG.json``; with
+``link`` (tc syntax: ``100mbit``, ``1gbit``) all ranks run in one private
+network namespace whose loopback is rate-limited (``systems.netns``), so
+their gloo traffic crosses a real constrained link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from aitrinity.systems import netns
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def run_workers(
+    runs: Sequence[dict[str, Any]],
+    *,
+    world: int = 2,
+    task: str = "digits",
+    link: str | None = None,
+    timeout_s: float = 600,
+    threads: int = 1,
+) -> list[list[dict[str, Any]]]:
+    """Results per rank (a list of run results each)."""
+    if world < 1:
+        raise ValueError("world must be >= 1")
+    with tempfile.TemporaryDirectory() as d, _place(link) as wrap:
+        port = random.randint(20000, 60000)
+        procs = []
+        for rank in range(world):
+            cfg = {
+                "rank": rank,
+                "world": world,
+                "port": port,
+                "task": task,
+                "runs": list(runs),
+                "out": str(Path(d) / f"out{rank}.json"),
+                "threads": threads,
+            }
+            path = Path(d) / f"cfg{rank}.json"
+            path.write_text(json.dumps(cfg))
+            argv = wrap([sys.executable, "-m", "aitrinity.systems.ddp.worker", str(path)])
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        errors = []
+        for rank, p in enumerate(procs):
+            try:
+                _, err = p.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise WorkerError(f"rank {rank} did not finish in {timeout_s:.0f} s") from None
+            if p.returncode != 0:
+                errors.append(f"rank {rank} exited {p.returncode}: {err.strip()[-2000:]}")
+        if errors:
+            raise WorkerError("; ".join(errors))
+        return [json.loads((Path(d) / f"out{r}.json").read_text()) for r in range(world)]
+
+
+@contextlib.contextmanager
+def _place(link: str | None) -> Iterator[Any]:
+    if link is None:
+        yield lambda argv: argv
+        return
+    with netns.shaped_namespace(None if link == "unlimited" else link) as ns:
+        yield ns.wrap
