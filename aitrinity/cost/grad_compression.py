@@ -13,6 +13,8 @@ int8        P + 4P/B,  P = N padded to a multiple of n·B           all-to-all t
                                                                    qgZ, Wang et al. 2023 §3.3)
 topk        k(g + 4),  k = max(1, ceil(density·N)) (int32 index)   all-gather
 sign        ceil(N/8) + 4·ceil(N/B) (packed signs, ℓ1 scales)      all-gather
+powersgd    per parameter viewed as n x m: r(n + m)·g when          all-reduce (P, then Q;
+            r(n + m)·2 < n·m, else n·m·g (PyTorch's rule)          Vogels et al. 2019, Alg. 1)
 ==========  =====================================================  ==============================
 
 Bytes one rank sends (``cost.collectives``): an all-reduce of ``S`` bytes sends
@@ -74,6 +76,19 @@ def message(method: str, numel: int, world: int, *, grad_bytes: int = 4, density
     if method == "sign":
         return BucketMessage(method, math.ceil(numel / 8) + 4 * math.ceil(numel / SCALE_BLOCK), "all-gather")
     raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+
+
+def powersgd_message(
+    shapes: list[tuple[int, ...]], world: int, *, rank: int = 4, grad_bytes: int = 4, min_compression_rate: float = 2.0
+) -> BucketMessage:
+    """PowerSGD's bytes for a bucket of parameters of these shapes (PyTorch's ``powerSGD_hook`` rule)."""
+    elems = 0
+    for shape in shapes:
+        n = shape[0] if shape else 1
+        m = math.prod(shape[1:]) if len(shape) > 1 else 1
+        r = min(n, m, rank)
+        elems += r * (n + m) if r * (n + m) * min_compression_rate < n * m else n * m
+    return BucketMessage("powersgd", elems * grad_bytes, "all-reduce")
 
 
 def step_time(

@@ -15,6 +15,12 @@ exactly; the returned future is already complete.
 - sign: packed signs times the block's mean magnitude, all-gathered, with error
   feedback (EF-signSGD, Karimireddy et al. 2019).
 - fp16 / bf16: a cast and a plain all-reduce (PyTorch's ``fp16_compress_hook``).
+- powersgd: PyTorch's own ``powerSGD_hook`` (rank ``r``, error feedback and warm
+  start; its first two steps are plain all-reduces), which works on gloo; its bytes
+  come from the counter PyTorch's state keeps, and the time it takes is booked
+  as ``comm_s`` (its encode and transfer interleave inside PyTorch's futures).
+  Its error-feedback state lives in PyTorch's ``PowerSGDState`` and is not part
+  of ``state_dict``.
 
 Error feedback adds the previous step's compression error to the gradient
 before encoding and keeps the new error (per parameter, in fp32); it is on by
@@ -86,10 +92,15 @@ class CompressionState:
         error_feedback: bool | None = None,
         process_group: Any = None,
         seed: int = 0,
+        rank: int = 4,
     ) -> None:
-        message(method, 1, 1, density=density)  # validates the method and density
+        if method != "powersgd":
+            message(method, 1, 1, density=density)  # validates the method and density
         self.method = method
         self.density = density
+        self.powersgd_rank = rank
+        self._psgd: Any = None
+        self._seed = seed
         self._ef = error_feedback
         self.group = process_group
         self.world = dist.get_world_size(process_group) if dist.is_initialized() else 1
@@ -356,6 +367,8 @@ def compression_hook(state: CompressionState, bucket: Any) -> torch.futures.Futu
     if bucket.is_last():
         state.step += 1
         state.stats.steps += 1
+    if state.method == "powersgd":
+        return _powersgd(state, bucket)
     buf = bucket.buffer()
     if not state.param_index:
         out = compress_bucket(state, bucket.index(), buf)
@@ -369,6 +382,38 @@ def compression_hook(state: CompressionState, bucket: Any) -> torch.futures.Futu
         canon = compress_bucket(state, bucket.index(), torch.cat([pieces[i] for i in order]), [parts[i] for i in order])
         back = canon.split([parts[i][1] for i in order])
         out = torch.cat([back[order.index(i)] for i in range(len(parts))])
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(out)
+    return fut
+
+
+def _powersgd(state: CompressionState, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+    if state._psgd is None:
+        state._psgd = ps.PowerSGDState(
+            process_group=state.group,
+            matrix_approximation_rank=state.powersgd_rank,
+            start_powerSGD_iter=2,
+            random_seed=state._seed,
+        )
+    psgd = state._psgd
+    compressing = psgd.iter >= psgd.start_powerSGD_iter
+    before = psgd.total_numel_after_compression
+    n = bucket.buffer().numel()
+    t0 = time.perf_counter()
+    out = ps.powerSGD_hook(psgd, bucket).wait()
+    s = state.stats
+    s.comm_s += time.perf_counter() - t0
+    elems = psgd.total_numel_after_compression - before if compressing else n
+    payload = elems * 4
+    state.bucket_numels[bucket.index()] = n
+    state.step_buckets.append(n)
+    s.buckets += 1
+    s.elements += n
+    s.payload_bytes += payload
+    s.sent_bytes += BucketMessage("powersgd", payload, "all-reduce").sent_bytes(state.world)
+    s.by_method["powersgd"] = s.by_method.get("powersgd", 0) + 1
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)
     return fut

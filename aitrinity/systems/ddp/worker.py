@@ -44,6 +44,7 @@ class Run:
     density: float = 0.01
     error_feedback: bool | None = None
     hidden: int = 256
+    powersgd_rank: int = 4
     checkpoint_at: int | None = None
     checkpoint_dir: str | None = None
     resume: bool = False
@@ -165,7 +166,11 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
     ddp = nn.parallel.DistributedDataParallel(model)
     auto = run.method == "auto"
     state = hooks.CompressionState(
-        "none" if auto else run.method, density=run.density, error_feedback=run.error_feedback, seed=run.seed
+        "none" if auto else run.method,
+        density=run.density,
+        error_feedback=run.error_feedback,
+        seed=run.seed,
+        rank=run.powersgd_rank,
     )
     hooks.register(ddp, state)
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)

@@ -16,6 +16,7 @@ def runs(tmp_path_factory):
     ck = str(tmp_path_factory.mktemp("ckpt"))
     plain = [{"method": m, "steps": 3, "density": 0.02, "hidden": 64} for m in METHODS]
     nan = [{"method": "topk", "steps": 6, "hidden": 64, "inject_nan_at": 3}]
+    psgd = [{"method": "powersgd", "steps": 4, "hidden": 64}]
     resume = []
     for m in ("topk", "sign", "int8"):
         d = f"{ck}/{m}"
@@ -27,7 +28,7 @@ def runs(tmp_path_factory):
 
     for m in ("topk", "sign", "int8"):
         os.makedirs(f"{ck}/{m}", exist_ok=True)
-    return run_workers([*plain, *nan, *resume], world=2, task="digits")
+    return run_workers([*plain, *nan, *resume, *psgd], world=2, task="digits")
 
 
 def test_bytes_per_step_equal_the_formula(runs):
@@ -38,6 +39,19 @@ def test_bytes_per_step_equal_the_formula(runs):
                 assert rec["payload_bytes"] == want, (r["method"], rec)
                 sent = sum(message(r["method"], n, 2, density=0.02).sent_bytes(2) for n in rec["buckets"])
                 assert rec["sent_bytes"] == pytest.approx(sent)
+
+
+def test_powersgd_wraps_pytorch_and_its_bytes_follow_the_formula(runs):
+    from aitrinity.cost.grad_compression import powersgd_message
+
+    shapes = [(64, 64), (64,), (64, 64), (64,), (10, 64), (10,)]  # the MLP: 64 features, hidden 64, 10 classes
+    for rank in (0, 1):
+        r = runs[rank][-1]
+        assert r["method"] == "powersgd" and r["records"][0]["buckets"] == [8970]
+        # PyTorch's powerSGD_hook all-reduces plainly until start_powerSGD_iter (2, its minimum)
+        assert [x["payload_bytes"] for x in r["records"][:2]] == [8970 * 4] * 2
+        for rec in r["records"][2:]:
+            assert rec["payload_bytes"] == powersgd_message(shapes, 2, rank=4).payload_bytes == 1458 * 4
 
 
 def test_every_method_keeps_ranks_identical(runs):
