@@ -124,3 +124,20 @@ def test_kv_plan_and_its_errors(tmp_path, capsys):
     assert main(["kv", "replay", str(trace), "--tiers", "no-such-tier"]) == 2
     assert "no-such-tier" in capsys.readouterr().err
     assert main(["kv", "replay", str(trace), "--capacity", "1M", "--tiers", "host-dram"]) == 2
+
+
+@pytest.mark.multiproc
+def test_train_demo_json_and_errors(capsys):
+    pytest.importorskip("torch")
+    args = ["train-demo", "--compressor", "int8", "--steps", "3", "--hidden", "32", "--task", "generated", "--quiet"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (
+        out["steps"] == 3
+        and len(out["records"]) == 3
+        and out["stats"]["by_method"] == {"int8": out["stats"]["buckets"]}
+    )
+    assert main(args) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    assert main(["train-demo", "--compressor", "gzip"]) == 2
+    assert "--compressor" in capsys.readouterr().err
