@@ -58,6 +58,8 @@ class Attention(nn.Module):
         self.k = nn.Linear(h, g * d, bias=m.qkv_bias)
         self.v = nn.Linear(h, g * d, bias=m.qkv_bias)
         self.o = nn.Linear(a * d, h, bias=m.linear_bias)
+        self.recompute_core = False
+        """Selective recomputation (Korthikanti et al. 2022): keep no scores, redo them in backward."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.attend(x, None)[0]
@@ -78,12 +80,23 @@ class Attention(nn.Module):
         v_new = self.v(x).view(b, s, g, d).transpose(1, 2)
         k_all = k_new if past is None else torch.cat([past[0], k_new], dim=2)
         v_all = v_new if past is None else torch.cat([past[1], v_new], dim=2)
+        if self.recompute_core and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            out = checkpoint(self._core, q, k_all, v_all, s, use_reentrant=False)
+        else:
+            out = self._core(q, k_all, v_all, s)
+        return self.o(out), (k_all, v_all)
+
+    def _core(self, q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, s: int) -> torch.Tensor:
+        """Scores, causal mask, softmax and the weighted sum of values: what selective recomputation redoes."""
+        b, g = q.shape[0], self.g
+        r, d, a = self.a // g, self.d, self.a
         start, total = k_all.shape[2] - s, k_all.shape[2]
         scores = (q @ k_all.transpose(-1, -2)).view(b, g, r, s, total) * d**-0.5
         mask = torch.arange(total)[None, :] > (start + torch.arange(s))[:, None]
         p = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        out = (p.view(b, g, r * s, total) @ v_all).view(b, g, r, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
-        return self.o(out), (k_all, v_all)
+        return (p.view(b, g, r * s, total) @ v_all).view(b, g, r, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, a * d)
 
 
 class MLP(nn.Module):
@@ -125,7 +138,15 @@ class Decoder(nn.Module):
         self.head = None if m.tie_embeddings else nn.Linear(m.hidden_size, m.vocab_size, bias=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.step(ids, None)[0]
+        """Logits for a whole sequence (training, prefill); each block is called as a module, so module
+        hooks (FSDP2's unshard, activation checkpointing wrappers) see it."""
+        x = self.embed(ids)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(ids.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.norm(x)
+        return self.head(x) if self.head is not None else x @ self.embed.weight.T
 
     def step(self, ids: torch.Tensor, cache: list[KV] | None) -> tuple[torch.Tensor, list[KV]]:
         """Logits for ``ids`` (the newest tokens) given the KV ``cache`` of earlier ones, and the new cache."""

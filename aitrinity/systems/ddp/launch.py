@@ -33,8 +33,9 @@ def run_workers(
     link: str | None = None,
     timeout_s: float = 600,
     threads: int = 1,
+    sharding: dict[str, Any] | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Results per rank (a list of run results each)."""
+    """Results per rank (a list of run results each); ``sharding``: measure shardings instead of training."""
     if world < 1:
         raise ValueError("world must be >= 1")
     with tempfile.TemporaryDirectory() as d, _place(link) as wrap:
@@ -50,6 +51,8 @@ def run_workers(
                 "out": str(Path(d) / f"out{rank}.json"),
                 "threads": threads,
             }
+            if sharding is not None:
+                cfg["sharding"] = sharding
             path = Path(d) / f"cfg{rank}.json"
             path.write_text(json.dumps(cfg))
             argv = wrap([sys.executable, "-m", "aitrinity.systems.ddp.worker", str(path)])

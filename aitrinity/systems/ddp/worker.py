@@ -280,8 +280,13 @@ def main(argv: list[str]) -> int:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(cfg["port"])
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=120))
     try:
-        task = tasks.load(cfg.get("task", "digits"))
-        results = [train(Run(**r), task, rank, world) for r in cfg["runs"]]
+        if "sharding" in cfg:
+            from aitrinity.systems.ddp import sharding
+
+            results = sharding.run(cfg["sharding"], rank)
+        else:
+            task = tasks.load(cfg.get("task", "digits"))
+            results = [train(Run(**r), task, rank, world) for r in cfg["runs"]]
     finally:
         dist.destroy_process_group()
     Path(cfg["out"]).write_text(json.dumps(results))
