@@ -10,9 +10,10 @@ with tc tbf in a private namespace (100 Mbit/s, 1 Gbit/s, unlimited; root
 only), every compressor and the adaptive hook: measured median step time (steps
 5+), next to the cost model's prediction (``cost.grad_compression.step_time``
 with the link's alpha and beta, compute and codec cost the adaptive run
-measured, as predicted at its first decision, right after probing every
-option), which side of break-even against no compression each falls on, and
-the adaptive hook's final choice.
+measured at its first decision, right after probing every option), which side
+of break-even against no compression each falls on, and the adaptive hook's
+final choice (the Controller itself predicts from each option's probed transfer
+time, scaled to the link as observed).
 
     python benchmarks/bench_ddp.py [--part accuracy|links|all] [--seeds 3] [--json]
 """
@@ -96,7 +97,7 @@ def links(steps: int) -> list[dict[str, Any]] | str:
         measured = {r["method"]: statistics.median(x["step_s"] for x in r["records"][5:]) for r in res}
         auto = res[-1]
         decisions = [x["decision"] for x in auto["records"] if "decision" in x]
-        predicted = decisions[0]["predicted_s"]  # right after the probe of every option: what the switch used
+        predicted = decisions[0]["model_s"]  # the cost model right after the probe of every option
         for m in LINK_METHODS:
             p = predicted.get(m)
             rows.append(

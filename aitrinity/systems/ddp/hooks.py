@@ -1,5 +1,8 @@
 """Gradient-compression communication hooks for DDP (``hook(state, bucket) -> Future``), gloo or NCCL.
 
+Tested on gloo (CPU); the code keeps every tensor on the gradient's device for
+NCCL, which no machine of this project has run yet.
+
 ``register(ddp_model, state)`` installs ``compression_hook``; the state says
 which method (``cost.grad_compression``: none, fp16, bf16, int8, topk, sign)
 and keeps the error-feedback residuals and the stats. Each bucket is
@@ -148,7 +151,7 @@ def _quantize(x: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torc
     blocks = x.view(-1, SCALE_BLOCK)
     scale = blocks.abs().amax(dim=1) / 127.0
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    noise = torch.rand(blocks.shape, generator=gen)
+    noise = torch.rand(blocks.shape, generator=gen).to(x.device)  # CPU generator: same draws on any device
     q = torch.floor(blocks / safe[:, None] + noise).clamp_(-127, 127).to(torch.int8)
     return q.view(-1), scale
 
@@ -161,20 +164,20 @@ def _pack_signs(x: torch.Tensor) -> torch.Tensor:
     bits = (x >= 0).to(torch.uint8)
     pad = (-bits.numel()) % 8
     if pad:
-        bits = torch.cat([bits, torch.zeros(pad, dtype=torch.uint8)])
-    return (bits.view(-1, 8) * _BITS).sum(dim=1, dtype=torch.uint8)
+        bits = torch.cat([bits, torch.zeros(pad, dtype=torch.uint8, device=x.device)])
+    return (bits.view(-1, 8) * _BITS.to(x.device)).sum(dim=1, dtype=torch.uint8)
 
 
 def _unpack_signs(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    bits = (packed[:, None] & _BITS).ne(0).view(-1)[:numel]
+    bits = (packed[:, None] & _BITS.to(packed.device)).ne(0).view(-1)[:numel]
     return bits.float() * 2.0 - 1.0
 
 
 def _sign_scales(x: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     pad = (-n) % SCALE_BLOCK
-    a = torch.cat([x.abs(), torch.zeros(pad)]) if pad else x.abs()
-    counts = torch.full((a.numel() // SCALE_BLOCK,), float(SCALE_BLOCK))
+    a = torch.cat([x.abs(), torch.zeros(pad, device=x.device)]) if pad else x.abs()
+    counts = torch.full((a.numel() // SCALE_BLOCK,), float(SCALE_BLOCK), device=x.device)
     if pad:
         counts[-1] = SCALE_BLOCK - pad
     return a.view(-1, SCALE_BLOCK).sum(dim=1) / counts
@@ -239,7 +242,7 @@ def local_roundtrip(state: CompressionState, method: str, g: torch.Tensor) -> to
     """Encode and decode ``g`` on this rank alone (what a receiver would decode): the codec's work, no transfer."""
     if method == "int8":
         p = int8_padded(g.numel(), 1)
-        x = torch.cat([g, torch.zeros(p - g.numel())]) if p > g.numel() else g
+        x = torch.cat([g, g.new_zeros(p - g.numel())]) if p > g.numel() else g
         q, scale = _quantize(x, state.generator)
         return _dequantize(q, scale)[: g.numel()]
     if method == "sign":
@@ -262,7 +265,7 @@ def _exchange(state: CompressionState, method: str, acc: torch.Tensor, ex: _Exch
         return t.float() / w, err
     if method == "int8":
         p = int8_padded(n, w)
-        x = torch.cat([acc, torch.zeros(p - n)]) if p > n else acc
+        x = torch.cat([acc, acc.new_zeros(p - n)]) if p > n else acc
         q, scale = _quantize(x, state.generator)
         err = float((_dequantize(q, scale)[:n] - acc).pow(2).sum())
         # all-to-all: chunk j (values and scales) to rank j; the scales ride in the same message
