@@ -1,0 +1,1 @@
+"""Discrete-event simulation of serving, training and edge systems priced by the cost model."""

@@ -1,0 +1,71 @@
+"""Prefill-cluster simulation of the Mooncake conversation trace (issue 7, first part).
+
+Simulated requests per second of wall time on one core (16 instances, the full
+12,031-request trace; goal: under 10 s), and a global KV pool against
+per-instance caches of the same total capacity: token hit rate, prefill FLOPs
+and TTFT (Llama-3.1-70B, one 8xH100 node per prefill instance at 75% of dense
+bf16 peak, cached KV loaded at 50 GB/s).
+
+    python benchmarks/bench_sim.py [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from aitrinity import catalog, traces
+from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    reqs = traces.load(TRACE)
+    m, d = catalog.model("llama-3.1-70b"), catalog.device("h100-sxm")
+    g = 8 * d.peak_flops_for("bf16") * d.efficiency.compute
+    rows = []
+    for per_instance in (50_000, 200_000, 800_000, 3_200_000):
+        for cache in ("local", "global"):
+            cfg = ClusterConfig(
+                instances=16, cache=cache, capacity_tokens=16 * per_instance, flops_per_s=g, load_bandwidth_Bps=50e9
+            )
+            t = time.perf_counter()
+            r = simulate_prefill(reqs, m, cfg)
+            wall = time.perf_counter() - t
+            rows.append(
+                {
+                    "cache": cache,
+                    "capacity_tokens": cfg.capacity_tokens,
+                    "token_hit_rate": r.token_hit_rate,
+                    "prefill_flops_share": r.prefill_flops / r.prefill_flops_without_cache,
+                    "ttft_p50_s": r.ttft_s.p50,
+                    "ttft_p99_s": r.ttft_s.p99,
+                    "wall_s": wall,
+                    "requests_per_s": r.requests / wall,
+                }
+            )
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{len(reqs):,} requests, 16 prefill instances, one core")
+    print(
+        f"{'cache':7s} {'capacity (tokens)':>18s} {'hit rate':>9s} {'prefill FLOPs':>14s} {'TTFT p50':>9s} "
+        f"{'TTFT p99':>9s} {'wall':>7s} {'req/s':>9s}"
+    )
+    for r in rows:
+        print(
+            f"{r['cache']:7s} {r['capacity_tokens']:>18,} {r['token_hit_rate']:9.3f} {r['prefill_flops_share']:13.1%} "
+            f"{r['ttft_p50_s']:8.3f}s {r['ttft_p99_s']:8.2f}s {r['wall_s']:6.2f}s {r['requests_per_s']:9,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
