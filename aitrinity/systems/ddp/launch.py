@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,7 @@ def run_workers(
     if world < 1:
         raise ValueError("world must be >= 1")
     with tempfile.TemporaryDirectory() as d, _place(link) as wrap:
-        port = random.randint(20000, 60000)
+        port = _free_port() if link is None else random.randint(20000, 60000)  # a new namespace has every port
         procs = []
         for rank in range(world):
             cfg = {
@@ -70,6 +71,12 @@ def run_workers(
         if errors:
             raise WorkerError("; ".join(errors))
         return [json.loads((Path(d) / f"out{r}.json").read_text()) for r in range(world)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
