@@ -141,3 +141,15 @@ def test_train_demo_json_and_errors(capsys):
     assert "test accuracy" in capsys.readouterr().out
     assert main(["train-demo", "--compressor", "gzip"]) == 2
     assert "--compressor" in capsys.readouterr().err
+
+
+def test_simulate_commands(capsys, tmp_path):
+    assert main(["simulate", "training-link", "--steps", "300", "--quiet", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows][-2:] == ["adaptive", "oracle"]
+    trace = _small_trace(tmp_path)
+    assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--instances", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "local" in out and "global" in out
+    assert main(["simulate", "prefill-cluster", "--quiet"]) == 2
+    assert "--trace" in capsys.readouterr().err

@@ -1,0 +1,137 @@
+"""``trinity simulate SCENARIO``: discrete-event runs of a prefill cluster or a training job on a changing link."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from aitrinity.errors import SpecError
+
+SCENARIOS = ("prefill-cluster", "training-link")
+HELP = """scenarios:
+  prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
+  training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
+
+examples:
+  trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
+  trinity simulate training-link                         (the built-in degrading link)
+  trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
+
+A link trace has 'time_s, Mbit/s' per line; the bandwidth holds until the next line.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="discrete-event simulation: prefill cluster caches, training on a changing link",
+        description="Simulate a scenario event by event, every event priced by the cost model.",
+        epilog=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("scenario", choices=SCENARIOS, metavar="SCENARIO", help=", ".join(SCENARIOS))
+    p.add_argument("--trace", help="prefill-cluster: request trace (JSONL); training-link: link trace")
+    p.add_argument("--policy", default="all", help="training-link: comma list of static:<method>, adaptive, oracle")
+    p.add_argument("--steps", type=int, default=2000, help="training-link: steps (default 2000)")
+    p.add_argument("--period", type=int, default=10, help="training-link: steps between re-plans (default 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--instances", type=int, default=16, help="prefill-cluster: instances (default 16)")
+    p.add_argument("--capacity", default="3.2M", help="prefill-cluster: total cache tokens (default 3.2M)")
+    p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
+    p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster: catalog model")
+    p.add_argument("--device", default="h100-sxm", help="prefill-cluster: device (8 per instance)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.scenario == "prefill-cluster":
+        return _prefill(args)
+    return _training(args)
+
+
+def _say(args: argparse.Namespace, msg: str) -> None:
+    if not args.quiet:
+        print(f"trinity: {msg}", file=sys.stderr)
+
+
+def _prefill(args: argparse.Namespace) -> int:
+    from aitrinity import catalog, traces, units
+    from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
+
+    if not args.trace:
+        raise SpecError("--trace", None, "a request trace (JSONL) for prefill-cluster")
+    if args.instances < 1:
+        raise SpecError("--instances", args.instances, "at least 1")
+    caches = [c.strip() for c in args.cache.split(",") if c.strip()]
+    if not caches or any(c not in ("local", "global") for c in caches):
+        raise SpecError("--cache", args.cache, "local, global or local,global")
+    m, d = catalog.model(args.model), catalog.device(args.device)
+    capacity = int(units.parse_count(args.capacity))
+    reqs = traces.load(args.trace)
+    results = []
+    for c in caches:
+        cfg = ClusterConfig(
+            instances=args.instances,
+            cache=c,
+            capacity_tokens=capacity,
+            flops_per_s=8 * d.peak_flops_for("bf16") * d.efficiency.compute,
+            load_bandwidth_Bps=50e9,
+        )
+        _say(args, f"simulating {len(reqs):,} requests on {args.instances} instances, {c} cache")
+        results.append(simulate_prefill(reqs, m, cfg, seed=args.seed, progress=lambda n: _say(args, f"{n:,} events")))
+    if args.json:
+        print(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
+        return 0
+    print(
+        f"{args.trace}: {len(reqs):,} requests, {args.instances} prefill instances ({args.model}, 8 x {args.device}"
+        f" each), {capacity:,} cache tokens in all"
+    )
+    print(
+        f"  {'cache':7s} {'hit rate':>9s} {'prefill FLOPs':>14s} {'TTFT p50':>10s} {'p90':>9s} {'p99':>9s} "
+        f"{'max util':>9s}"
+    )
+    for r in results:
+        print(
+            f"  {r.cache:7s} {r.token_hit_rate:9.3f} {r.prefill_flops / r.prefill_flops_without_cache:13.1%} "
+            f"{units.format_time(r.ttft_s.p50):>10s} {units.format_time(r.ttft_s.p90):>9s} "
+            f"{units.format_time(r.ttft_s.p99):>9s} {max(r.utilization):9.1%}"
+        )
+    return 0
+
+
+def _training(args: argparse.Namespace) -> int:
+    from aitrinity import units
+    from aitrinity.sim.training import DEGRADING, LinkTrace, TrainingJob, compare
+
+    if args.steps < 1 or args.period < 1:
+        raise SpecError("--steps/--period", f"{args.steps}/{args.period}", "positive numbers")
+    link = LinkTrace.load(args.trace) if args.trace else DEGRADING
+    job = TrainingJob(steps=args.steps)
+    policies = None if args.policy == "all" else [p.strip() for p in args.policy.split(",") if p.strip()]
+    _say(args, f"simulating {args.steps} steps under {len(policies) if policies else len(job.methods) + 2} policies")
+    results = compare(job, link, policies, period=args.period, seed=args.seed)
+    if args.json:
+        print(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
+        return 0
+    best_static = min((r.total_s for r in results if r.policy.startswith("static:")), default=None)
+    oracle = next((r.total_s for r in results if r.policy == "oracle"), None)
+    print(
+        f"{args.steps} steps, {job.bucket_numels[0]:,} gradient elements on {job.world} ranks; link "
+        + ", ".join(
+            f"{units.format_bandwidth(b)} from {t:g} s" for t, b in zip(link.times_s, link.bandwidth_Bps, strict=True)
+        )
+    )
+    for r in results:
+        notes = []
+        if best_static and not r.policy.startswith("static:"):
+            notes.append(f"{best_static / r.total_s:.2f}x the best static")
+        if oracle and r.policy != "oracle":
+            notes.append(f"{r.total_s / oracle - 1:+.1%} vs oracle")
+        print(
+            f"  {r.policy:14s} {units.format_time(r.total_s):>9s}  switches {r.switches:3d}  "
+            f"{', '.join(f'{m} {n}' for m, n in r.steps_by_method.items())}  {'; '.join(notes)}"
+        )
+    return 0

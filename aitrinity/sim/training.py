@@ -1,0 +1,207 @@
+"""A data-parallel training job whose link bandwidth follows a trace, under static, adaptive or oracle plans.
+
+Each step is one event: its duration is ``cost.grad_compression.step_time``
+for the step's gradient compressor at the link bandwidth of the moment
+(piecewise constant, from a trace of ``time_s, Mbit/s`` rows). Policies:
+
+- ``static:<method>``: one compressor throughout.
+- ``adaptive``: every ``period`` steps the Controller (``aitrinity.control``,
+  the object the real adaptive hook uses) re-plans from telemetry -- the
+  bandwidth the last step observed, with multiplicative measurement noise
+  drawn from the simulator's seeded generator -- with its margin and
+  patience, paying ``switch_cost_s`` per switch.
+- ``oracle``: for each period, the compressor that is fastest over that period
+  with the true bandwidth, in hindsight (an upper bound for any policy that
+  switches at period boundaries; no switch cost).
+
+The objective is the time to finish ``steps`` steps.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aitrinity.control import Controller
+from aitrinity.cost.grad_compression import step_time
+from aitrinity.cost.ledger import Result
+from aitrinity.errors import SpecError
+from aitrinity.sim.core import Event, Simulator
+
+
+@dataclass(frozen=True)
+class LinkTrace:
+    """Piecewise-constant bandwidth: ``bandwidth_Bps[i]`` from ``times_s[i]`` on."""
+
+    times_s: tuple[float, ...]
+    bandwidth_Bps: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.times_s or len(self.times_s) != len(self.bandwidth_Bps):
+            raise ValueError("a link trace needs as many times as bandwidths, at least one")
+        if list(self.times_s) != sorted(self.times_s) or any(b <= 0 for b in self.bandwidth_Bps):
+            raise ValueError("times must ascend and bandwidths be positive")
+
+    def at(self, t: float) -> float:
+        i = bisect.bisect_right(self.times_s, t) - 1
+        return self.bandwidth_Bps[max(i, 0)]
+
+    @classmethod
+    def load(cls, path: str | Path) -> LinkTrace:
+        """``time_s, Mbit/s`` per line (comma or space separated; ``#`` comments)."""
+        times, bws = [], []
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise SpecError.at(path, f"cannot read the link trace ({e.strerror})") from None
+        for i, line in enumerate(lines, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.replace(",", " ").split()
+            try:
+                t, mbit = float(parts[0]), float(parts[1])
+            except (IndexError, ValueError):
+                raise SpecError.at(f"{path}:{i}", "expected 'time_s, Mbit/s'") from None
+            times.append(t)
+            bws.append(mbit * 1e6 / 8)
+        try:
+            return cls(tuple(times), tuple(bws))
+        except ValueError as e:
+            raise SpecError.at(path, str(e)) from None
+
+
+DEGRADING = LinkTrace((0.0, 20.0, 40.0, 70.0), (10e9 / 8, 1e9 / 8, 100e6 / 8, 1e9 / 8))
+"""10 Gbit/s, then contention: 1 Gbit/s at 20 s, 100 Mbit/s at 40 s, 1 Gbit/s again at 70 s."""
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """The 1.1M-parameter MLP of ``benchmarks/bench_ddp.py`` on 2 ranks, with its measured costs by default."""
+
+    steps: int = 2000
+    bucket_numels: tuple[int, ...] = (1_100_000,)
+    world: int = 2
+    compute_s: float = 0.013
+    latency_s: float = 2e-4
+    codec_s_per_element: tuple[tuple[str, float], ...] = (
+        ("none", 4e-9),
+        ("fp16", 5.5e-9),
+        ("int8", 1.8e-8),
+        ("topk", 2.6e-8),
+        ("sign", 2.7e-8),
+    )
+    density: float = 0.01
+
+    @property
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.codec_s_per_element]
+
+    def step_s(self, method: str, bandwidth_Bps: float) -> float:
+        return step_time(
+            method,
+            list(self.bucket_numels),
+            self.world,
+            bandwidth_Bps=bandwidth_Bps,
+            latency_s=self.latency_s,
+            compute_s=self.compute_s,
+            codec_s_per_element=dict(self.codec_s_per_element)[method],
+            density=self.density,
+        )
+
+
+@dataclass
+class _State:
+    method: str
+    seen: float
+    """The bandwidth the last step observed (with measurement noise)."""
+    switches: int = 0
+
+
+class TrainingSimResult(Result):
+    policy: str
+    steps: int
+    total_s: float
+    switches: int
+    steps_by_method: dict[str, int]
+    timeline: list[tuple[float, str, float]]
+    """(time, method, bandwidth B/s) at each change of method or bandwidth."""
+
+
+def simulate_training(
+    job: TrainingJob,
+    link: LinkTrace,
+    policy: str,
+    *,
+    period: int = 10,
+    switch_cost_s: float = 0.05,
+    noise: float = 0.05,
+    seed: int = 0,
+) -> TrainingSimResult:
+    if period < 1 or job.steps < 1:
+        raise ValueError("period and steps must be positive")
+    methods = job.methods
+    if policy.startswith("static:"):
+        fixed = policy.split(":", 1)[1]
+        if fixed not in methods:
+            raise SpecError("--policy", policy, f"static:<one of {', '.join(methods)}>")
+    elif policy not in ("adaptive", "oracle"):
+        raise SpecError("--policy", policy, "static:<method>, adaptive or oracle")
+    sim = Simulator(seed)
+    ctl = Controller(methods, "none", switch_cost_s=switch_cost_s)
+    state = _State(fixed if policy.startswith("static:") else "none", link.at(0.0))
+    counts = dict.fromkeys(methods, 0)
+    timeline: list[tuple[float, str, float]] = []
+
+    def oracle_choice(t0: float, n: int) -> str:
+        def period_time(m: str) -> float:
+            t = t0
+            for _ in range(n):
+                t += job.step_s(m, link.at(t))
+            return t - t0
+
+        return min(methods, key=period_time)
+
+    def step(i: int) -> list[Event]:
+        now = sim.now
+        if i % period == 0 and policy == "adaptive" and i:
+            seen = state.seen
+            d = ctl.decide(lambda m: job.step_s(m, seen))
+            if d.choice != state.method:
+                state.method, state.switches = d.choice, state.switches + 1
+                now += switch_cost_s
+        elif i % period == 0 and policy == "oracle":
+            best = oracle_choice(now, min(period, job.steps - i))
+            state.switches += i > 0 and best != state.method
+            state.method = best
+        method, bw = state.method, link.at(now)
+        if not timeline or timeline[-1][1:] != (method, bw):
+            timeline.append((now, method, bw))
+        counts[method] += 1
+        end = now + job.step_s(method, bw)
+        state.seen = bw * float(sim.rng.lognormal(0.0, noise)) if noise else bw
+        return [(end, step, (i + 1,))] if i + 1 < job.steps else [(end, _done, ())]
+
+    def _done() -> None:
+        return None
+
+    sim.at(0.0, step, 0)
+    sim.run()
+    return TrainingSimResult(
+        policy=policy,
+        steps=job.steps,
+        total_s=sim.now,
+        switches=state.switches,
+        steps_by_method={m: c for m, c in counts.items() if c},
+        timeline=timeline,
+    )
+
+
+def compare(
+    job: TrainingJob, link: LinkTrace, policies: Sequence[str] | None = None, **kw: float
+) -> list[TrainingSimResult]:
+    """Every static plan, adaptive and oracle (or the ``policies`` given) on the same job and link."""
+    names = list(policies) if policies else [f"static:{m}" for m in job.methods] + ["adaptive", "oracle"]
+    return [simulate_training(job, link, p, **kw) for p in names]  # type: ignore[arg-type]  # float kwargs
