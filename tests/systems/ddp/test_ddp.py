@@ -3,6 +3,7 @@
 import pytest
 
 pytest.importorskip("torch")
+pytest.importorskip("sklearn", reason="the digits task ships with scikit-learn (pip install -e '.[dev]')")
 
 from aitrinity.cost.grad_compression import METHODS, message
 from aitrinity.systems import netns
