@@ -26,6 +26,9 @@ class WorkerError(RuntimeError):
     pass
 
 
+_RENDEZVOUS_FAILURES = ("Address already in use", "Connection refused", "Connection reset", "TCPStore")
+
+
 def run_workers(
     runs: Sequence[dict[str, Any]],
     *,
@@ -36,9 +39,31 @@ def run_workers(
     threads: int = 1,
     sharding: dict[str, Any] | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Results per rank (a list of run results each); ``sharding``: measure shardings instead of training."""
+    """Results per rank (a list of run results each); ``sharding``: measure shardings instead of training.
+
+    A run whose ranks failed to meet (the rendezvous port taken meanwhile, a
+    connection refused) is started once more on a new port; any other failure
+    raises ``WorkerError`` with each rank's last stderr lines.
+    """
     if world < 1:
         raise ValueError("world must be >= 1")
+    try:
+        return _run_once(runs, world, task, link, timeout_s, threads, sharding)
+    except WorkerError as e:
+        if not any(s in str(e) for s in _RENDEZVOUS_FAILURES):
+            raise
+        return _run_once(runs, world, task, link, timeout_s, threads, sharding)
+
+
+def _run_once(
+    runs: Sequence[dict[str, Any]],
+    world: int,
+    task: str,
+    link: str | None,
+    timeout_s: float,
+    threads: int,
+    sharding: dict[str, Any] | None,
+) -> list[list[dict[str, Any]]]:
     with tempfile.TemporaryDirectory() as d, _place(link) as wrap:
         port = _free_port() if link is None else random.randint(20000, 60000)  # a new namespace has every port
         procs = []
