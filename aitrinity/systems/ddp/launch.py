@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import socket
 import subprocess
@@ -21,12 +22,20 @@ from typing import Any
 
 from aitrinity.systems import netns
 
+log = logging.getLogger(__name__)
+
 
 class WorkerError(RuntimeError):
     pass
 
 
-_RENDEZVOUS_FAILURES = ("Address already in use", "Connection refused", "Connection reset", "TCPStore")
+_RENDEZVOUS_FAILURES = (
+    "Address already in use",
+    "Connection refused",
+    "Connection reset",
+    "TCPStore",
+    "terminate called",  # gloo aborting a rank whose peer vanished
+)
 
 
 def run_workers(
@@ -52,6 +61,7 @@ def run_workers(
     except WorkerError as e:
         if not any(s in str(e) for s in _RENDEZVOUS_FAILURES):
             raise
+        log.warning("data-parallel ranks failed to meet; starting them once more: %s", str(e)[-300:])
         return _run_once(runs, world, task, link, timeout_s, threads, sharding)
 
 
