@@ -9,13 +9,15 @@ from typing import Any
 
 from aitrinity.errors import SpecError
 
-SCENARIOS = ("prefill-cluster", "training-link")
+SCENARIOS = ("prefill-cluster", "serving", "training-link")
 HELP = """scenarios:
   prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
+  serving           a request trace over N instances: continuous batching, chunked prefill, KV limit, preemption
   training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
 
 examples:
   trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
+  trinity simulate serving --trace data/traces/mooncake_conversation_trace.jsonl --model llama-3.1-8b --instances 8
   trinity simulate training-link                         (the built-in degrading link)
   trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
 
@@ -37,11 +39,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=2000, help="training-link: steps (default 2000)")
     p.add_argument("--period", type=int, default=10, help="training-link: steps between re-plans (default 10)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--instances", type=int, default=16, help="prefill-cluster: instances (default 16)")
+    p.add_argument("--instances", type=int, default=16, help="prefill-cluster / serving: instances (default 16)")
     p.add_argument("--capacity", default="3.2M", help="prefill-cluster: total cache tokens (default 3.2M)")
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
-    p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster: catalog model")
-    p.add_argument("--device", default="h100-sxm", help="prefill-cluster: device (8 per instance)")
+    p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster / serving: catalog model")
+    p.add_argument("--device", default="h100-sxm", help="device (prefill-cluster: 8 per instance; serving: 1)")
+    p.add_argument("--slo-ttft", default="2s", help="serving: TTFT objective for goodput (default 2s)")
+    p.add_argument("--slo-tpot", default="100ms", help="serving: TPOT objective for goodput (default 100ms)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
 
@@ -49,7 +53,55 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.scenario == "prefill-cluster":
         return _prefill(args)
+    if args.scenario == "serving":
+        return _serving(args)
     return _training(args)
+
+
+def _serving(args: argparse.Namespace) -> int:
+    from aitrinity import catalog, traces, units
+    from aitrinity.sim.serving import ServingConfig, simulate_serving
+
+    if not args.trace:
+        raise SpecError("--trace", None, "a request trace (JSONL) for serving")
+    if args.instances < 1:
+        raise SpecError("--instances", args.instances, "at least 1")
+    m, d = catalog.model(args.model), catalog.device(args.device)
+    cfg = ServingConfig(
+        instances=args.instances,
+        hbm_bytes=d.memory_capacity_bytes,
+        hbm_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
+        flops_per_s=d.peak_flops_for("bf16") * d.efficiency.compute,
+        slo_ttft_s=units.parse_time(args.slo_ttft),
+        slo_tpot_s=units.parse_time(args.slo_tpot),
+    )
+    reqs = traces.load(args.trace)
+    _say(args, f"simulating {len(reqs):,} requests on {args.instances} x {args.device}")
+    try:
+        r = simulate_serving(reqs, m, cfg, seed=args.seed)
+    except ValueError as e:
+        raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
+    if args.json:
+        print(json.dumps(r.model_dump(mode="json"), indent=2))
+        return 0
+    t = units.format_time
+    print(
+        f"{args.trace}: {r.requests:,} requests on {args.instances} x {args.device} serving {args.model}; "
+        f"KV room {r.kv_capacity_tokens:,} tokens per instance"
+    )
+    print(
+        f"  finished {r.finished:,}, rejected {sum(r.rejected.values()):,} {r.rejected or ''}, "
+        f"preemptions {r.preemptions:,}"
+    )
+    print(
+        f"  TTFT p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}, p99 {t(r.ttft_s.p99)}; "
+        f"TPOT p50 {t(r.tpot_s.p50)}, p90 {t(r.tpot_s.p90)}, p99 {t(r.tpot_s.p99)}"
+    )
+    print(
+        f"  goodput {r.goodput_rps:.2f} req/s within TTFT {args.slo_ttft} and TPOT {args.slo_tpot}; "
+        f"{r.output_tokens_per_s:,.0f} output tokens/s; utilization {min(r.utilization):.0%}-{max(r.utilization):.0%}"
+    )
+    return 0
 
 
 def _say(args: argparse.Namespace, msg: str) -> None:

@@ -153,3 +153,22 @@ def test_simulate_commands(capsys, tmp_path):
     assert "local" in out and "global" in out
     assert main(["simulate", "prefill-cluster", "--quiet"]) == 2
     assert "--trace" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "simulate",
+                "serving",
+                "--trace",
+                str(trace),
+                "--model",
+                "llama-3.1-8b",
+                "--instances",
+                "2",
+                "--quiet",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    r = json.loads(capsys.readouterr().out)
+    assert r["finished"] + sum(r["rejected"].values()) == r["requests"] == 60

@@ -1,0 +1,243 @@
+"""Serving instances with continuous batching, chunked prefill, a KV memory limit and preemption.
+
+Each instance runs iterations back to back while it has work (vLLM's
+scheduler, simplified). An iteration gives every running request that has
+finished its prompt one decode token, then fills the rest of a token budget
+with prompt chunks (running requests first, then waiting ones in arrival
+order, each admitted only when its whole prompt fits in the free KV cache). A
+decode token that finds no free KV slot preempts the most recently admitted
+request: its KV is freed and it goes back to the head of the queue to be
+recomputed. A request whose prompt and output can never fit is rejected with
+that reason.
+
+Iteration time is a roofline on the instance (``Estimate``'s ``max``
+overlap): ``max(bytes / achievable HBM bandwidth, FLOPs / achievable FLOP/s)``
+plus a fixed overhead, where bytes = weights + KV read by every decode (its
+context) + KV written, and FLOPs = 2 · active parameters · tokens + attention
+scores (``cost.flops``). TTFT = first token − arrival; TPOT = (last − first) /
+(output − 1). Requests are routed to the instance with the fewest outstanding
+tokens.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.ledger import Result
+from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.params import count
+from aitrinity.sim.core import Simulator
+from aitrinity.sim.prefill import Percentiles, _percentiles
+from aitrinity.spec.hardware import BYTES_PER_DTYPE
+from aitrinity.spec.model import ModelSpec
+from aitrinity.traces import TraceRequest
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    instances: int
+    hbm_bytes: float
+    """Device memory of one instance (weights + KV cache)."""
+    hbm_Bps: float
+    """Achievable memory bandwidth of one instance."""
+    flops_per_s: float
+    """Achievable FLOP/s of one instance."""
+    weights_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    token_budget: int = 2048
+    max_batch: int = 256
+    overhead_s: float = 0.002
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.1
+
+
+@dataclass
+class _Req:
+    rid: int
+    arrival: float
+    prompt: int
+    output: int
+    """Tokens still to produce (a preempted request's produced tokens move into its prompt)."""
+    asked: int = 0
+    """Output tokens the request asked for."""
+    prefilled: int = 0
+    generated: int = 0
+    first_token: float | None = None
+    last_token: float | None = None
+    admitted_at: int = -1
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + self.generated
+
+    @property
+    def reserved(self) -> int:
+        """KV slots held while running: the whole prompt from admission, plus each produced token."""
+        return self.prompt + self.generated
+
+
+@dataclass
+class _Instance:
+    waiting: deque[_Req] = field(default_factory=deque)
+    running: list[_Req] = field(default_factory=list)
+    kv_used: int = 0
+    busy: bool = False
+    busy_s: float = 0.0
+    peak_kv: int = 0
+
+    def outstanding(self) -> int:
+        return sum(r.prompt - r.prefilled + r.output - r.generated for r in (*self.waiting, *self.running))
+
+
+class ServingSimResult(Result):
+    requests: int
+    finished: int
+    rejected: dict[str, int]
+    """Reason -> count."""
+    preemptions: int
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    goodput_rps: float
+    """Finished requests per second that met both SLOs."""
+    output_tokens_per_s: float
+    kv_capacity_tokens: int
+    peak_kv_tokens: list[int]
+    utilization: list[float]
+    makespan_s: float
+
+
+def simulate_serving(
+    requests: Sequence[TraceRequest], m: ModelSpec, cfg: ServingConfig, *, seed: int = 0
+) -> ServingSimResult:
+    if cfg.instances < 1 or cfg.token_budget < 1 or cfg.max_batch < 1:
+        raise ValueError("instances, token_budget and max_batch must be positive")
+    pc = count(m)
+    weights = pc.total * BYTES_PER_DTYPE[cfg.weights_dtype]
+    kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
+    capacity = int((cfg.hbm_bytes - weights) // kv_per_token)
+    if capacity <= 0:
+        raise ValueError(f"the weights ({weights:.3g} B) leave no room for KV in {cfg.hbm_bytes:.3g} B")
+    dense = token_flops(m).dense
+    sim = Simulator(seed)
+    insts = [_Instance() for _ in range(cfg.instances)]
+    rejected: dict[str, int] = {}
+    done: list[_Req] = []
+    state = {"admissions": 0, "preemptions": 0}
+
+    def arrive(r: _Req) -> None:
+        if r.prompt + r.output > capacity:
+            why = "needs more KV than an instance holds"
+            rejected[why] = rejected.get(why, 0) + 1
+            return
+        i = min(range(cfg.instances), key=lambda k: (insts[k].outstanding(), k))
+        insts[i].waiting.append(r)
+        if not insts[i].busy:
+            insts[i].busy = True
+            sim.at(sim.now, iterate, i)
+
+    def preempt(inst: _Instance) -> None:
+        victim = max(inst.running, key=lambda r: r.admitted_at)
+        inst.running.remove(victim)
+        inst.kv_used -= victim.reserved
+        # recompute preemption (vLLM): the tokens it produced join its prompt; it keeps its first-token time
+        victim.prompt += victim.generated
+        victim.output -= victim.generated
+        victim.prefilled = victim.generated = 0
+        inst.waiting.appendleft(victim)
+        state["preemptions"] += 1
+
+    def iterate(i: int) -> None:
+        inst = insts[i]
+        decode = [r for r in inst.running if r.prefilled == r.prompt]
+        # one KV slot per decode token; preempt the newest requests until they fit
+        while decode and inst.kv_used + len(decode) > capacity:
+            preempt(inst)
+            decode = [r for r in inst.running if r.prefilled == r.prompt]
+        budget = cfg.token_budget - len(decode)
+        chunks: list[tuple[_Req, int]] = []
+        for r in inst.running:
+            if r.prefilled < r.prompt and budget > 0:
+                n = min(budget, r.prompt - r.prefilled)
+                chunks.append((r, n))
+                budget -= n
+        while inst.waiting and budget > 0 and len(inst.running) < cfg.max_batch:
+            r = inst.waiting[0]
+            if inst.kv_used + len(decode) + r.prompt > capacity:
+                break
+            inst.waiting.popleft()
+            r.admitted_at = state["admissions"]
+            state["admissions"] += 1
+            inst.running.append(r)
+            inst.kv_used += r.prompt  # reserve the whole prompt on admission
+            n = min(budget, r.prompt)
+            chunks.append((r, n))
+            budget -= n
+        if not decode and not chunks:
+            inst.busy = False
+            return
+        tokens = len(decode) + sum(n for _, n in chunks)
+        flops = dense * tokens + sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
+        flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
+        nbytes = weights + kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
+        dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+        end = sim.now + dt
+        inst.busy_s += dt
+        for r in decode:
+            r.generated += 1
+            inst.kv_used += 1
+            r.last_token = end
+        for r, n in chunks:
+            r.prefilled += n
+            if r.prefilled == r.prompt:  # the prompt's last chunk yields a token
+                r.generated += 1
+                inst.kv_used += 1
+                r.last_token = end
+                if r.first_token is None:
+                    r.first_token = end
+        inst.peak_kv = max(inst.peak_kv, inst.kv_used)
+        for r in [r for r in inst.running if r.prefilled == r.prompt and r.generated >= r.output]:
+            inst.running.remove(r)
+            inst.kv_used -= r.reserved
+            done.append(r)
+        sim.at(end, iterate, i)
+
+    reqs = [
+        _Req(k, t.timestamp_ms / 1e3, max(t.input_length, 1), max(t.output_length, 1), max(t.output_length, 1))
+        for k, t in enumerate(requests)
+    ]
+    for r in reqs:
+        sim.at(r.arrival, arrive, r)
+    sim.run()
+    first = min((r.arrival for r in reqs), default=0.0)
+    span = max(sim.now - first, 1e-12)
+    ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
+    tpot = [
+        (r.last_token - r.first_token) / (r.asked - 1)
+        for r in done
+        if r.asked > 1 and r.first_token is not None and r.last_token is not None
+    ]
+    good = sum(
+        1
+        for r in done
+        if r.first_token is not None
+        and r.last_token is not None
+        and r.first_token - r.arrival <= cfg.slo_ttft_s
+        and (r.asked <= 1 or (r.last_token - r.first_token) / (r.asked - 1) <= cfg.slo_tpot_s)
+    )
+    return ServingSimResult(
+        requests=len(reqs),
+        finished=len(done),
+        rejected=rejected,
+        preemptions=state["preemptions"],
+        ttft_s=_percentiles(ttft),
+        tpot_s=_percentiles(tpot),
+        goodput_rps=good / span,
+        output_tokens_per_s=sum(r.asked for r in done) / span,
+        kv_capacity_tokens=capacity,
+        peak_kv_tokens=[x.peak_kv for x in insts],
+        utilization=[x.busy_s / span for x in insts],
+        makespan_s=span,
+    )

@@ -1,0 +1,68 @@
+"""Continuous batching with a KV limit: every request finishes or is rejected with a reason, KV never overflows."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.params import count
+from aitrinity.sim.serving import ServingConfig, simulate_serving
+from aitrinity.spec.model import ModelSpec
+from aitrinity.traces import TraceRequest
+
+M = ModelSpec(
+    name="tiny",
+    source="test",
+    num_layers=2,
+    hidden_size=256,
+    num_attention_heads=4,
+    num_kv_heads=2,
+    intermediate_size=512,
+    vocab_size=1000,
+    max_seq_len=8192,
+)
+
+
+def config(kv_tokens: int, instances: int = 2, **kw) -> ServingConfig:
+    hbm = count(M).total * 2 + kv_tokens * kv_bytes_per_token(M, "bf16")
+    return ServingConfig(instances=instances, hbm_bytes=hbm, hbm_Bps=1e12, flops_per_s=1e14, **kw)
+
+
+reqs_st = st.lists(st.tuples(st.floats(0, 5), st.integers(1, 400), st.integers(1, 60)), min_size=1, max_size=40).map(
+    lambda rows: [TraceRequest(t * 1000, p, o, ()) for t, p, o in sorted(rows)]
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(reqs=reqs_st, kv=st.integers(64, 1500), instances=st.integers(1, 3), budget=st.integers(16, 512))
+def test_conservation(reqs, kv, instances, budget):
+    cfg = config(kv, instances, token_budget=budget, max_batch=8)
+    r = simulate_serving(reqs, M, cfg)
+    assert r.finished + sum(r.rejected.values()) == r.requests  # nothing lost
+    assert all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)  # KV never above the limit
+    assert all(0 <= u <= 1 + 1e-9 for u in r.utilization)
+    too_big = sum(1 for q in reqs if max(q.input_length, 1) + max(q.output_length, 1) > r.kv_capacity_tokens)
+    assert sum(r.rejected.values()) == too_big
+    assert r == simulate_serving(reqs, M, cfg)
+
+
+def test_preemption_when_kv_runs_out_and_everyone_still_finishes():
+    reqs = [TraceRequest(0, 100, 200, ()) for _ in range(6)]
+    r = simulate_serving(reqs, M, config(700, instances=1))
+    assert r.preemptions > 0 and r.finished == 6 and r.rejected == {}
+    roomy = simulate_serving(reqs, M, config(10_000, instances=1))
+    assert roomy.preemptions == 0 and roomy.ttft_s.p99 <= r.ttft_s.p99
+
+
+def test_tpot_is_the_decode_iteration_time():
+    reqs = [TraceRequest(0, 10, 50, ())]
+    cfg = config(1000, instances=1, overhead_s=0.01)
+    r = simulate_serving(reqs, M, cfg)
+    # one request alone: every decode iteration is overhead + weights / bandwidth (memory bound, tiny model)
+    per = 0.01 + max((count(M).total * 2 + 60 * kv_bytes_per_token(M, "bf16")) / 1e12, 0)
+    assert r.tpot_s.p50 == pytest.approx(per, rel=0.01)
+
+
+def test_a_request_that_can_never_fit_is_rejected_with_the_reason():
+    r = simulate_serving([TraceRequest(0, 5000, 10, ())], M, config(1000))
+    assert r.rejected == {"needs more KV than an instance holds": 1} and r.finished == 0
