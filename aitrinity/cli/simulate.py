@@ -89,10 +89,8 @@ def _serving(args: argparse.Namespace) -> int:
         f"{args.trace}: {r.requests:,} requests on {args.instances} x {args.device} serving {args.model}; "
         f"KV room {r.kv_capacity_tokens:,} tokens per instance"
     )
-    print(
-        f"  finished {r.finished:,}, rejected {sum(r.rejected.values()):,} {r.rejected or ''}, "
-        f"preemptions {r.preemptions:,}"
-    )
+    why = "".join(f" ({k}: {v:,})" for k, v in r.rejected.items())
+    print(f"  finished {r.finished:,}, rejected {sum(r.rejected.values()):,}{why}, preemptions {r.preemptions:,}")
     print(
         f"  TTFT p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}, p99 {t(r.ttft_s.p99)}; "
         f"TPOT p50 {t(r.tpot_s.p50)}, p90 {t(r.tpot_s.p90)}, p99 {t(r.tpot_s.p99)}"
