@@ -222,52 +222,26 @@ class _Exchange:
         return out
 
 
-def _local(state: CompressionState, method: str, acc: torch.Tensor) -> torch.Tensor:
-    """What the other ranks will receive from this rank, decoded (for the residual and the error stat)."""
-    n = acc.numel()
-    if method in ("fp16", "bf16"):
-        return acc.to(torch.float16 if method == "fp16" else torch.bfloat16).float()
-    if method == "topk":
-        k = topk_count(n, state.density)
-        idx = acc.abs().topk(k, sorted=False).indices
-        out = torch.zeros_like(acc)
-        out[idx] = acc[idx]
-        return out
-    if method == "sign":
-        return torch.where(acc >= 0, 1.0, -1.0) * _expand(_sign_scales(acc), n)
-    return acc
-
-
-def local_roundtrip(state: CompressionState, method: str, g: torch.Tensor) -> torch.Tensor:
-    """Encode and decode ``g`` on this rank alone (what a receiver would decode): the codec's work, no transfer."""
-    if method == "int8":
-        p = int8_padded(g.numel(), 1)
-        x = torch.cat([g, g.new_zeros(p - g.numel())]) if p > g.numel() else g
-        q, scale = _quantize(x, state.generator)
-        return _dequantize(q, scale)[: g.numel()]
-    if method == "sign":
-        packed, scales = _pack_signs(g), _sign_scales(g)
-        return _unpack_signs(packed, g.numel()) * _expand(scales, g.numel())
-    return _local(state, method, g)
-
-
-def _exchange(state: CompressionState, method: str, acc: torch.Tensor, ex: _Exchange) -> tuple[torch.Tensor, float]:
-    """The averaged gradient over ranks, and this rank's local compression error ||sent - acc||^2."""
+def _exchange(
+    state: CompressionState, method: str, acc: torch.Tensor, ex: _Exchange
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The averaged gradient over ranks, and this rank's own message decoded (its compression error is the
+    difference to ``acc``; error feedback keeps that difference)."""
     n, w = acc.numel(), state.world
     if method == "none":
         t = acc.clone()
         ex.all_reduce(t)
-        return t / w, 0.0
+        return t / w, acc
     if method in ("fp16", "bf16"):
         t = acc.to(torch.float16 if method == "fp16" else torch.bfloat16)
-        err = float((t.float() - acc).pow(2).sum())
+        sent = t.float()
         ex.all_reduce(t)
-        return t.float() / w, err
+        return t.float() / w, sent
     if method == "int8":
         p = int8_padded(n, w)
         x = torch.cat([acc, acc.new_zeros(p - n)]) if p > n else acc
         q, scale = _quantize(x, state.generator)
-        err = float((_dequantize(q, scale)[:n] - acc).pow(2).sum())
+        sent = _dequantize(q, scale)[:n]
         # all-to-all: chunk j (values and scales) to rank j; the scales ride in the same message
         chunk = p // w
         wire = torch.cat([q.view(w, chunk), scale.view(torch.int8).view(w, -1)], dim=1).contiguous().view(-1)
@@ -276,30 +250,28 @@ def _exchange(state: CompressionState, method: str, acc: torch.Tensor, ex: _Exch
         q2, s2 = _quantize(torch.as_tensor(mine) / w, state.generator)
         parts = ex.all_gather(torch.cat([q2, s2.view(torch.int8)]), count=False)
         avg = torch.cat([_dequantize(g[:chunk], g[chunk:].clone().view(torch.float32)) for g in parts])
-        return avg[:n], err
+        return avg[:n], sent
     if method == "topk":
         k = topk_count(n, state.density)
         idx = acc.abs().topk(k, sorted=False).indices
         vals = acc[idx]
         sent = torch.zeros_like(acc)
         sent[idx] = vals
-        err = float((sent - acc).pow(2).sum())
         msg = torch.cat([vals.float().view(torch.int32), idx.to(torch.int32)])
         out = torch.zeros_like(acc)
         for m in ex.all_gather(msg):
             out.index_add_(0, m[k:].long(), m[:k].view(torch.float32))
-        return out / w, err
+        return out / w, sent
     if method == "sign":
         scales = _sign_scales(acc)
         sent = torch.where(acc >= 0, 1.0, -1.0) * _expand(scales, n)
-        err = float((sent - acc).pow(2).sum())
         packed = _pack_signs(acc)
         msg = torch.cat([packed, scales.view(torch.uint8)])
         out = torch.zeros_like(acc)
         nb = packed.numel()
         for m in ex.all_gather(msg):
             out += _unpack_signs(m[:nb], n) * _expand(m[nb:].clone().view(torch.float32), n)
-        return out / w, err
+        return out / w, sent
     raise ValueError(method)
 
 
@@ -347,9 +319,10 @@ def compress_bucket(
     res = _residual(state, index, parts, g) if ef else None
     acc = g + res if res is not None else g
     ex = _Exchange(state)
-    avg, err = _exchange(state, method, acc, ex)
+    avg, sent = _exchange(state, method, acc, ex)
+    lost = acc - sent
     if ef:
-        _keep_residual(state, index, parts, acc - _local(state, method, acc))
+        _keep_residual(state, index, parts, lost)
     state.bucket_numels[index] = g.numel()
     state.step_buckets.append(g.numel())
     s = state.stats
@@ -359,7 +332,7 @@ def compress_bucket(
     s.elements += g.numel()
     s.payload_bytes += ex.payload
     s.sent_bytes += BucketMessage(method, ex.payload, collective).sent_bytes(state.world)
-    s.sq_error += err
+    s.sq_error += float(lost.pow(2).sum())
     s.sq_norm += float(g.pow(2).sum())
     s.by_method[method] = s.by_method.get(method, 0) + 1
     return avg.to(grad.dtype)
