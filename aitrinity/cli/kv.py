@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError
 
 REPLAY_HELP = """examples:
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "kv_command", "replay") == "plan":
         say(f"searching the capacity for a {args.target:g} token hit rate")
         plan = kv_plan(reqs, model, args.target, _tiers(args.tiers, args.block, bb), device, **kw)
-        print(_dump(plan.model_dump(mode="json")) if args.json else render_plan(args.trace, plan))
+        print(dump(plan.model_dump(mode="json")) if args.json else render_plan(args.trace, plan))
         return 0
     if args.tiers:
         if args.capacity != "unbounded":
@@ -137,14 +137,10 @@ def run(args: argparse.Namespace) -> int:
         reports.append(kv_replay(reqs, model, tiers, device, **kw))
     if args.json:
         data = [r.model_dump(mode="json") for r in reports]
-        print(_dump(data[0] if len(data) == 1 else data))
+        print(dump(data[0] if len(data) == 1 else data))
     else:
         print(render_replay(args.trace, reports))
     return 0
-
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False)
 
 
 def _header(trace: str, r: Any) -> str:

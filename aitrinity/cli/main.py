@@ -7,13 +7,12 @@ heavy modules are imported only by the command that needs them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from aitrinity import __version__
+from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError, TrinityError
 
 EXIT_USAGE = 2
@@ -206,10 +205,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False, default=str)
-
-
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from aitrinity import api
     from aitrinity.cli import render
@@ -217,7 +212,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     refs = args.scenarios or api.builtin_scenarios()
     results = [api.diagnose(r, args.overrides) for r in refs]
     if args.json:
-        print(_dump([r.model_dump(mode="json") for r in results]))
+        print(dump([r.model_dump(mode="json") for r in results]))
     else:
         print("\n\n".join(render.diagnosis(r) for r in results))
     return 0
@@ -247,13 +242,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             )
             points.append((v.strip(), rep))
         if args.json:
-            print(_dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
+            print(dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
         else:
             print(render.sweep(key, points))
         return 0
     rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start, args.slo_ttft, args.slo_tpot)
     if args.json:
-        print(_dump(rep.model_dump(mode="json")))
+        print(dump(rep.model_dump(mode="json")))
     elif args.command == "explain":
         print(render.chain(rep.chain) if rep.chain else "no feasible plan: nothing to explain")
     else:
@@ -276,7 +271,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     data = profile.model_dump(mode="json")
     text = (
-        _dump(data)
+        dump(data)
         if args.json
         else (
             "# Device profile written by `trinity calibrate`; SI units (FLOP/s, bytes, B/s, W).\n"
@@ -327,7 +322,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as out:
             out.write(table + "\n")
-    print(_dump(report.model_dump(mode="json")) if args.json else table)
+    print(dump(report.model_dump(mode="json")) if args.json else table)
     return 0 if not report.failed else 1
 
 
@@ -342,7 +337,7 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     result = compare_hardware(
         args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say
     )
-    print(_dump(result.model_dump(mode="json")) if args.json else render.hardware(result))
+    print(dump(result.model_dump(mode="json")) if args.json else render.hardware(result))
     return 0
 
 
@@ -353,7 +348,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         kinds = [args.kind] if args.kind else list(catalog.KINDS)
         listing = {k: catalog.names(k) for k in kinds}
         if args.json:
-            print(_dump(listing))
+            print(dump(listing))
         else:
             for k, names in listing.items():
                 print(f"{k}: {', '.join(names)}")
@@ -364,7 +359,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     kind, spec = catalog.entry(args.name)
     facts = derived(kind, spec)
     if args.json:
-        print(_dump({"kind": kind, "entry": spec.model_dump(mode="json"), "derived": facts}))
+        print(dump({"kind": kind, "entry": spec.model_dump(mode="json"), "derived": facts}))
     else:
         print(render.catalog_entry(kind, spec.model_dump(mode="json"), {k: v[1] for k, v in facts.items()}))
     return 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError
 
 SCENARIOS = ("prefill-cluster", "serving", "training-link")
@@ -82,7 +82,7 @@ def _serving(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
     if args.json:
-        print(json.dumps(r.model_dump(mode="json"), indent=2))
+        print(dump(r.model_dump(mode="json")))
         return 0
     t = units.format_time
     print(
@@ -133,7 +133,7 @@ def _prefill(args: argparse.Namespace) -> int:
         _say(args, f"simulating {len(reqs):,} requests on {args.instances} instances, {c} cache")
         results.append(simulate_prefill(reqs, m, cfg, seed=args.seed, progress=lambda n: _say(args, f"{n:,} events")))
     if args.json:
-        print(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
+        print(dump([r.model_dump(mode="json") for r in results]))
         return 0
     print(
         f"{args.trace}: {len(reqs):,} requests, {args.instances} prefill instances ({args.model}, 8 x {args.device}"
@@ -164,7 +164,7 @@ def _training(args: argparse.Namespace) -> int:
     _say(args, f"simulating {args.steps} steps under {len(policies) if policies else len(job.methods) + 2} policies")
     results = compare(job, link, policies, period=args.period, seed=args.seed)
     if args.json:
-        print(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
+        print(dump([r.model_dump(mode="json") for r in results]))
         return 0
     best_static = min((r.total_s for r in results if r.policy.startswith("static:")), default=None)
     oracle = next((r.total_s for r in results if r.policy == "oracle"), None)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError
 
 HELP = """examples:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     res = run_workers([run_cfg], world=args.workers, task=args.task, link=args.link)
     r = res[0][0]
     if args.json:
-        print(json.dumps({"link": args.link, "workers": args.workers, "task": args.task, **r}, indent=2))
+        print(dump({"link": args.link, "workers": args.workers, "task": args.task, **r}))
     else:
         print(render(r, args))
     return 0
