@@ -26,13 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from aitrinity.cost.block_index import BlockIndex
 from aitrinity.cost.kv_reuse import prefill_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.sim.core import Simulator
+from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.model import ModelSpec
 from aitrinity.traces import TraceRequest
 
@@ -53,13 +52,6 @@ class ClusterConfig:
     policy: str = "lru"
 
 
-class Percentiles(Result):
-    p50: float
-    p90: float
-    p99: float
-    mean: float
-
-
 class PrefillResult(Result):
     cache: str
     instances: int
@@ -78,14 +70,6 @@ class PrefillResult(Result):
     """Busy fraction of each instance over the span from the first arrival to the last finish."""
     makespan_s: float
     events: int
-
-
-def _percentiles(x: Sequence[float]) -> Percentiles:
-    a = np.asarray(x, dtype=float)
-    if not a.size:
-        return Percentiles(p50=0.0, p90=0.0, p99=0.0, mean=0.0)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return Percentiles(p50=float(p50), p90=float(p90), p99=float(p99), mean=float(a.mean()))
 
 
 def simulate_prefill(
@@ -172,7 +156,7 @@ def simulate_prefill(
         prefill_flops=totals["flops"],
         prefill_flops_without_cache=totals["flops0"],
         bytes_loaded=totals["loaded"],
-        ttft_s=_percentiles(ttft),
+        ttft_s=percentiles(ttft),
         utilization=[b / span for b in busy],
         makespan_s=span,
         events=events,

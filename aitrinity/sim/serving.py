@@ -30,7 +30,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.cost.params import count
 from aitrinity.sim.core import Simulator
-from aitrinity.sim.prefill import Percentiles, _percentiles
+from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.traces import TraceRequest
@@ -232,8 +232,8 @@ def simulate_serving(
         finished=len(done),
         rejected=rejected,
         preemptions=state["preemptions"],
-        ttft_s=_percentiles(ttft),
-        tpot_s=_percentiles(tpot),
+        ttft_s=percentiles(ttft),
+        tpot_s=percentiles(tpot),
         goodput_rps=good / span,
         output_tokens_per_s=sum(r.asked for r in done) / span,
         kv_capacity_tokens=capacity,

@@ -118,6 +118,8 @@ class _State:
     seen: float
     """The bandwidth the last step observed (with measurement noise)."""
     switches: int = 0
+    end: float = 0.0
+    """When the latest step finishes."""
 
 
 class TrainingSimResult(Result):
@@ -182,17 +184,15 @@ def simulate_training(
         counts[method] += 1
         end = now + job.step_s(method, bw)
         state.seen = bw * float(sim.rng.lognormal(0.0, noise)) if noise else bw
-        return [(end, step, (i + 1,))] if i + 1 < job.steps else [(end, _done, ())]
-
-    def _done() -> None:
-        return None
+        state.end = end
+        return [(end, step, (i + 1,))] if i + 1 < job.steps else []
 
     sim.at(0.0, step, 0)
     sim.run()
     return TrainingSimResult(
         policy=policy,
         steps=job.steps,
-        total_s=sim.now,
+        total_s=state.end,
         switches=state.switches,
         steps_by_method={m: c for m, c in counts.items() if c},
         timeline=timeline,
