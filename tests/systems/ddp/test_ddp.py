@@ -14,21 +14,18 @@ pytestmark = pytest.mark.multiproc
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    ck = str(tmp_path_factory.mktemp("ckpt"))
+    ck = tmp_path_factory.mktemp("ckpt")
     plain = [{"method": m, "steps": 3, "density": 0.02, "hidden": 64} for m in METHODS]
     nan = [{"method": "topk", "steps": 6, "hidden": 64, "inject_nan_at": 3}]
     psgd = [{"method": "powersgd", "steps": 4, "hidden": 64}]
     resume = []
     for m in ("topk", "sign", "int8"):
-        d = f"{ck}/{m}"
+        (ck / m).mkdir()
+        d = str(ck / m)
         resume += [
             {"method": m, "steps": 10, "hidden": 64, "checkpoint_at": 5, "checkpoint_dir": d, "record_steps": False},
             {"method": m, "steps": 10, "hidden": 64, "resume": True, "checkpoint_dir": d, "record_steps": False},
         ]
-    import os
-
-    for m in ("topk", "sign", "int8"):
-        os.makedirs(f"{ck}/{m}", exist_ok=True)
     return run_workers([*plain, *nan, *resume, *psgd], world=2, task="digits")
 
 
