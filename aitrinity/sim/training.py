@@ -79,7 +79,8 @@ DEGRADING = LinkTrace((0.0, 20.0, 40.0, 70.0), (10e9 / 8, 1e9 / 8, 100e6 / 8, 1e
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """The 1.1M-parameter MLP of ``benchmarks/bench_ddp.py`` on 2 ranks, with its measured costs by default."""
+    """The 1.1M-parameter MLP of ``benchmarks/bench_ddp.py`` on 2 ranks, by default with compute and codec
+    costs of the order that benchmark measured on this project's 2-core machine (inputs, not constants)."""
 
     steps: int = 2000
     bucket_numels: tuple[int, ...] = (1_100_000,)
