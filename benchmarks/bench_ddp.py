@@ -15,7 +15,12 @@ of break-even against no compression each falls on, and the adaptive hook's
 final choice (the Controller itself predicts from each option's probed transfer
 time, scaled to the link as observed).
 
-    python benchmarks/bench_ddp.py [--part accuracy|links|all] [--seeds 3] [--json]
+Part 3, sharding: DDP, ZeroRedundancyOptimizer and FSDP2 on the reference
+decoder (2 layers, hidden 128), per-rank model-state bytes next to
+``cost.sharding``'s prediction, and the bytes both ranks put on the loopback of
+a private namespace in one step next to the predicted bytes (root only).
+
+    python benchmarks/bench_ddp.py [--part accuracy|links|sharding|all] [--seeds 3] [--json]
 """
 
 from __future__ import annotations
@@ -121,9 +126,52 @@ def links(steps: int) -> list[dict[str, Any]] | str:
     return rows
 
 
+SHARDING_MODEL = {
+    "name": "tiny",
+    "source": "bench",
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "num_kv_heads": 2,
+    "intermediate_size": 320,
+    "vocab_size": 1000,
+    "max_seq_len": 512,
+}
+
+
+def sharding() -> list[dict[str, Any]] | str:
+    from aitrinity.cost import sharding as cs
+
+    why = netns.unavailable()
+    if why:
+        return f"skipped: bytes on the wire need a private namespace, which {why}"
+    print("bench: sharding", file=sys.stderr)
+    res = run_workers([], world=2, link="unlimited", sharding={"model": SHARDING_MODEL, "batch": 2, "seq": 32})
+    rows = []
+    for i, kind in enumerate(("ddp", "zero1", "fsdp2")):
+        shapes, root = res[0][i]["shapes"], res[0][i]["root_shapes"]
+        wire = sum(cs.wire_bytes(kind, shapes, 2, r, root_shapes=root) for r in (0, 1))
+        for rank in (0, 1):
+            r, p = res[rank][i], cs.rank_states(kind, shapes, 2, rank)
+            rows.append(
+                {
+                    "sharding": kind,
+                    "rank": rank,
+                    "weights": r["weights"],
+                    "gradients": r["gradients"],
+                    "optimizer": r["optimizer"],
+                    "predicted": [p.weights, p.gradients, p.optimizer],
+                    "exact": [r["weights"], r["gradients"], r["optimizer"]] == [p.weights, p.gradients, p.optimizer],
+                    "wire_both_ranks": r["lo_tx_step"],
+                    "wire_predicted": wire,
+                }
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", default="all", choices=["accuracy", "links", "all"])
+    ap.add_argument("--part", default="all", choices=["accuracy", "links", "sharding", "all"])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--json", action="store_true")
@@ -133,6 +181,8 @@ def main() -> None:
         out["accuracy"] = accuracy(a.seeds)
     if a.part in ("links", "all"):
         out["links"] = links(a.steps)
+    if a.part in ("sharding", "all"):
+        out["sharding"] = sharding()
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -140,6 +190,16 @@ def main() -> None:
         print(
             f"{r['task']:10s} {r['compressor']:18s} acc {r['accuracy']:.4f}  {r['delta_pp']:+.2f} pp  "
             f"{'within 1 pp' if r['within_1pp'] else 'OUTSIDE 1 pp'}"
+        )
+    sh = out.get("sharding", [])
+    if isinstance(sh, str):
+        print(sh)
+    for r in sh:
+        print(
+            f"{r['sharding']:6s} rank {r['rank']}  weights {r['weights']:,}  gradients {r['gradients']:,}  "
+            f"Adam moments {r['optimizer']:,}  {'= predicted' if r['exact'] else 'predicted ' + str(r['predicted'])}  "
+            f"wire (both ranks) {r['wire_both_ranks']:,} vs {r['wire_predicted']:,.0f} "
+            f"({r['wire_both_ranks'] / r['wire_predicted']:.4f})"
         )
     lk = out.get("links", [])
     if isinstance(lk, str):
