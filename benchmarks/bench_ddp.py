@@ -169,6 +169,40 @@ def sharding() -> list[dict[str, Any]] | str:
     return rows
 
 
+def recompute() -> list[dict[str, Any]]:
+    """Saved activations of one bf16 block (hidden 256, GQA 8/2, b=2, s=256) vs cost.memory, per recomputation."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from aitrinity.cost.memory import layer_activation_bytes, layer_activations
+    from aitrinity.spec.scenario import Plan
+    from aitrinity.systems.torch_models import Block
+    from aitrinity.systems.validate import _llama, saved_activation_bytes
+
+    m = _llama("t", 256, 2, 8, 2)
+    b, s = 2, 256
+    blk = Block(m).to(torch.bfloat16)
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blk = blk
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(self.blk, x, use_reentrant=False)  # type: ignore[no-any-return]
+
+    rows = []
+    for mode in ("none", "selective", "full"):
+        blk.attn.recompute_core = mode == "selective"
+        wrapped = Checkpointed() if mode == "full" else blk
+        got = saved_activation_bytes(wrapped, b, s, m.hidden_size)
+        want = layer_activation_bytes(
+            layer_activations(m, s, b, False, 2.0), Plan(recompute=mode, flash_attention=False)
+        )
+        rows.append({"recompute": mode, "measured_bytes": got, "predicted_bytes": want, "ratio": got / want})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", default="all", choices=["accuracy", "links", "sharding", "all"])
@@ -183,6 +217,7 @@ def main() -> None:
         out["links"] = links(a.steps)
     if a.part in ("sharding", "all"):
         out["sharding"] = sharding()
+        out["recompute"] = recompute()
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -200,6 +235,11 @@ def main() -> None:
             f"Adam moments {r['optimizer']:,}  {'= predicted' if r['exact'] else 'predicted ' + str(r['predicted'])}  "
             f"wire (both ranks) {r['wire_both_ranks']:,} vs {r['wire_predicted']:,.0f} "
             f"({r['wire_both_ranks'] / r['wire_predicted']:.4f})"
+        )
+    for r in out.get("recompute", []):
+        print(
+            f"recompute {r['recompute']:9s} saved {r['measured_bytes']:,} B vs predicted {r['predicted_bytes']:,.0f} B "
+            f"({r['ratio'] - 1:+.1%})"
         )
     lk = out.get("links", [])
     if isinstance(lk, str):
