@@ -4,7 +4,7 @@ Each instance runs iterations back to back while it has work (vLLM's
 scheduler, simplified). An iteration gives every running request that has
 finished its prompt one decode token, then fills the rest of a token budget
 with prompt chunks (running requests first, then waiting ones in arrival
-order, each admitted only when its whole prompt fits in the free KV cache). A
+order, each admitted only when its whole prompt and first output token fit in the free KV cache). A
 decode token that finds no free KV slot preempts the most recently admitted
 request: its KV is freed and it goes back to the head of the queue to be
 recomputed. A request whose prompt and output can never fit is rejected with
@@ -75,8 +75,9 @@ class _Req:
 
     @property
     def reserved(self) -> int:
-        """KV slots held while running: the whole prompt from admission, plus each produced token."""
-        return self.prompt + self.generated
+        """KV slots held while running: the whole prompt and the first output token from admission, then each
+        further token."""
+        return self.prompt + max(self.generated, 1)
 
 
 @dataclass
@@ -165,13 +166,13 @@ def simulate_serving(
                 budget -= n
         while inst.waiting and budget > 0 and len(inst.running) < cfg.max_batch:
             r = inst.waiting[0]
-            if inst.kv_used + len(decode) + r.prompt > capacity:
+            if inst.kv_used + len(decode) + r.prompt + 1 > capacity:
                 break
             inst.waiting.popleft()
             r.admitted_at = state["admissions"]
             state["admissions"] += 1
             inst.running.append(r)
-            inst.kv_used += r.prompt  # reserve the whole prompt on admission
+            inst.kv_used += r.prompt + 1  # reserve the whole prompt and the token its last chunk yields
             n = min(budget, r.prompt)
             chunks.append((r, n))
             budget -= n
@@ -191,9 +192,8 @@ def simulate_serving(
             r.last_token = end
         for r, n in chunks:
             r.prefilled += n
-            if r.prefilled == r.prompt:  # the prompt's last chunk yields a token
+            if r.prefilled == r.prompt:  # the prompt's last chunk yields a token (its slot was reserved)
                 r.generated += 1
-                inst.kv_used += 1
                 r.last_token = end
                 if r.first_token is None:
                     r.first_token = end
