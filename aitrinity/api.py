@@ -19,11 +19,13 @@ from aitrinity.cost.estimate import Estimate
 from aitrinity.cost.ledger import Ledger
 from aitrinity.errors import UnknownNameError
 from aitrinity.spec._base import validate
+from aitrinity.spec.edge import EdgeScenario
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System
 
 if TYPE_CHECKING:
     from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.split import EdgeDiagnosis, EdgePlanReport
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,27 @@ class Resolved:
     system: System
 
 
+def load(scenario: Scenario | EdgeScenario | str | Path) -> tuple[Scenario | EdgeScenario, Path | None]:
+    """A scenario object, file or built-in name -> the scenario and the folder its relative paths start from."""
+    if isinstance(scenario, Scenario | EdgeScenario):
+        return scenario, None
+    if Path(scenario).is_file():
+        return catalog.load_scenario(scenario), Path(scenario).resolve().parent
+    return catalog.load_scenario(scenario), catalog.loader.DATA / "scenarios"  # built-ins: paths beside them
+
+
 def resolve(scenario: Scenario | str | Path, base: Path | None = None, overrides: Sequence[str] = ()) -> Resolved:
     """Resolve names; file paths inside a scenario file are relative to that file's folder.
 
     ``overrides`` are ``KEY=VALUE`` what-if changes (:mod:`aitrinity.overrides`).
     """
     if not isinstance(scenario, Scenario):
-        if Path(scenario).is_file():
-            base = Path(scenario).resolve().parent
-        scenario = catalog.load_scenario(scenario)
+        loaded, where = load(scenario)
+        if isinstance(loaded, EdgeScenario):
+            from aitrinity.errors import SpecError
+
+            raise SpecError("workload", "edge", "a training or serving workload here (edge scenarios: diagnose, plan)")
+        scenario, base = loaded, where or base
     fields, hardware = ov.split([ov.parse(o) for o in overrides])
     if fields:
         data = ov.apply_fields(scenario.model_dump(mode="json", exclude_unset=True), fields)
@@ -98,12 +112,21 @@ def estimate(r: Resolved) -> Estimate:
     return price(ledger(r), r.system)
 
 
-def diagnose(scenario: Scenario | str | Path, overrides: Sequence[str] = ()) -> Diagnosis:
-    """Diagnose a scenario (object, file path or built-in name), with optional ``KEY=VALUE`` overrides."""
+def diagnose(
+    scenario: Scenario | EdgeScenario | str | Path, overrides: Sequence[str] = ()
+) -> Diagnosis | EdgeDiagnosis:
+    """Diagnose a scenario (object, file path or built-in name), with optional ``KEY=VALUE`` overrides.
+
+    An edge scenario gives an :class:`~aitrinity.plan.split.EdgeDiagnosis` (split inference)."""
     from aitrinity.cost import capacity
     from aitrinity.cost.diagnosis import diagnose as run
 
-    r = resolve(scenario, overrides=overrides)
+    loaded, base = load(scenario)
+    if isinstance(loaded, EdgeScenario):
+        from aitrinity import edge
+
+        return edge.diagnose(loaded, base, overrides)
+    r = resolve(loaded, base, overrides)
     est = estimate(r)
     need = None
     if not est.memory.fits:
@@ -125,20 +148,29 @@ def builtin_scenarios() -> list[str]:
 
 
 def plan(
-    scenario: Scenario | str | Path,
+    scenario: Scenario | EdgeScenario | str | Path,
     objective: str | None = None,
     top: int = 5,
     overrides: Sequence[str] = (),
     start: str = "naive",
     ttft_slo: str | None = None,
     tpot_slo: str | None = None,
-) -> PlanReport:
+) -> PlanReport | EdgePlanReport:
     """Search plans for a scenario and explain the chain from the baseline to the best one.
 
     ``objective``: training ``time`` (default), ``cost`` or ``energy``; serving ``throughput`` (default),
-    ``latency``, ``cost`` or ``energy``. ``start``: ``naive`` or ``scenario`` (the plan as written).
+    ``latency``, ``cost`` or ``energy``; edge ``latency`` or ``energy`` (default: the scenario's).
+    ``start``: ``naive`` or ``scenario`` (the plan as written).
     ``ttft_slo`` / ``tpot_slo`` (serving): service-level objectives such as ``2 s`` or ``50 ms``.
     """
+    loaded, base = load(scenario)
+    if isinstance(loaded, EdgeScenario):
+        from aitrinity import edge
+        from aitrinity.errors import SpecError
+
+        if ttft_slo or tpot_slo:
+            raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for an edge workload")
+        return edge.plan(loaded, base, overrides, objective, top)
     from aitrinity import units
     from aitrinity.errors import SpecError
     from aitrinity.plan.chain import serving_chain, training_chain
@@ -148,7 +180,7 @@ def plan(
 
     if start not in ("naive", "scenario"):
         raise SpecError("--from", start, "naive or scenario")
-    r = resolve(scenario, overrides=overrides)
+    r = resolve(loaded, base, overrides)
     own = r.scenario.plan if start == "scenario" else None
     w = r.scenario.workload
     if w.training is not None:

@@ -22,6 +22,7 @@ from aitrinity.catalog.loader import read_yaml
 from aitrinity.errors import SpecError
 from aitrinity.plan.whatif import HARDWARE_OBJECTIVES, Case, Comparison, compare
 from aitrinity.spec._base import validate
+from aitrinity.spec.edge import EdgeScenario
 from aitrinity.spec.suite import Design, Suite
 
 
@@ -47,6 +48,10 @@ def cases(suite: Suite, designs: Sequence[Design], base: Path | None = None) -> 
             if base is not None and not Path(ref).is_absolute() and (base / ref).is_file():
                 ref = str(base / ref)
             scenario = catalog.load_scenario(ref)
+            if isinstance(scenario, EdgeScenario):
+                raise SpecError.at(
+                    f"workload {w.label or w.scenario}", "an edge scenario: suites compare training and serving"
+                )
             if d.device is not None:  # the design's device brings its platform's intra-node fabric
                 system = scenario.system.model_copy(update={"device": d.device, "intra_node_link": None})
                 scenario = scenario.model_copy(update={"system": system})

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from aitrinity import catalog
+from aitrinity.cost.diagnosis import Diagnosis
+from aitrinity.spec.edge import EdgeJob, EdgePlan, EdgeSystemInput, EdgeWorkloadInput
 from aitrinity.spec.scenario import Plan, ServingJob, SystemInput, TrainingJob, WorkloadInput
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +30,10 @@ def test_examples_readme_embeds_the_builtin_scenarios_verbatim():
         assert f"### `{name}`\n\n```yaml\n{body}```" in text, f"examples/README.md is out of date for {name}"
 
 
-@pytest.mark.parametrize("model", [SystemInput, WorkloadInput, TrainingJob, ServingJob, Plan])
+@pytest.mark.parametrize(
+    "model",
+    [SystemInput, WorkloadInput, TrainingJob, ServingJob, Plan, EdgeSystemInput, EdgeWorkloadInput, EdgeJob, EdgePlan],
+)
 def test_every_scenario_field_is_documented(model):
     text = (ROOT / "examples" / "README.md").read_text()
     missing = [f for f in model.model_fields if f"`{f}`" not in text]
@@ -39,4 +44,5 @@ def test_example_files_diagnose():
     from aitrinity import api
 
     for path in (ROOT / "examples").glob("*.yaml"):
-        assert api.diagnose(path).verdict
+        d = api.diagnose(path)
+        assert d.verdict if isinstance(d, Diagnosis) else d.sentence

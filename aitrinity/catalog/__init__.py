@@ -1,9 +1,10 @@
-"""The catalog: validated data files for devices, links, memory tiers, models, scenarios and workload suites."""
+"""The catalog: validated data files for devices, links, memory tiers, models, DNNs, scenarios and workload suites."""
 
 from aitrinity.catalog.loader import (
     KINDS,
     canonical,
     device,
+    dnn,
     entry,
     link,
     load_scenario,
@@ -19,6 +20,7 @@ __all__ = [
     "KINDS",
     "canonical",
     "device",
+    "dnn",
     "entry",
     "link",
     "load_scenario",

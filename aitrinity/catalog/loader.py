@@ -20,15 +20,17 @@ from pydantic import BaseModel
 
 from aitrinity.errors import SpecError, UnknownNameError
 from aitrinity.spec._base import validate
+from aitrinity.spec.edge import DnnSpec, EdgeScenario
 from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System, SystemInput
 from aitrinity.spec.suite import Suite
 
-Kind = Literal["devices", "links", "tiers", "models", "scenarios", "suites"]
-KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "scenarios", "suites")
+Kind = Literal["devices", "links", "tiers", "models", "dnns", "scenarios", "suites"]
+KINDS: tuple[Kind, ...] = ("devices", "links", "tiers", "models", "dnns", "scenarios", "suites")
 _TYPES: dict[str, type[BaseModel]] = {
     "devices": DeviceSpec,
+    "dnns": DnnSpec,
     "links": LinkSpec,
     "tiers": MemoryTierSpec,
     "models": ModelSpec,
@@ -40,6 +42,7 @@ _SINGULAR = {
     "links": "link",
     "tiers": "memory tier",
     "models": "model",
+    "dnns": "DNN",
     "scenarios": "scenario",
     "suites": "workload suite",
 }
@@ -96,11 +99,19 @@ def canonical(kind: Kind, name: str) -> str:
     raise UnknownNameError(_SINGULAR[kind], name, [*names(kind), *index])
 
 
+def _type(kind: str, data: Any) -> type[BaseModel]:
+    """The spec type of a file of ``kind``: a scenario whose workload has an ``edge`` job is an edge scenario."""
+    workload = data.get("workload") if isinstance(data, dict) else None
+    if kind == "scenarios" and isinstance(workload, dict) and "edge" in workload:
+        return EdgeScenario
+    return _TYPES[kind]
+
+
 @functools.cache
 def _load_entry(kind: str, name: str) -> BaseModel:
     path = DATA / kind / f"{name}.yaml"
     data = read_yaml(path)
-    spec = validate(_TYPES[kind], data, source=f"catalog {kind}/{name}.yaml")
+    spec = validate(_type(kind, data), data, source=f"catalog {kind}/{name}.yaml")
     if getattr(spec, "name", name) != name:
         raise SpecError(
             "name", getattr(spec, "name", None), f"{name!r} (the file name)", source=f"catalog {kind}/{name}.yaml"
@@ -127,7 +138,8 @@ def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
             raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
         name = cfg.get("_name_or_path") or p.parent.name or p.stem
         return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
-    return validate(cls, read_yaml(p), source=str(path))
+    data = read_yaml(p)
+    return validate(_type(kind, data) if cls is Scenario else cls, data, source=str(path))  # type: ignore[return-value]
 
 
 def get(kind: Kind, ref: str, cls: type[T], base: Path | None = None) -> T:
@@ -157,8 +169,16 @@ def model(ref: str, base: Path | None = None) -> ModelSpec:
     return get("models", ref, ModelSpec, base)
 
 
-def scenario(ref: str, base: Path | None = None) -> Scenario:
-    return get("scenarios", ref, Scenario, base)
+def dnn(ref: str, base: Path | None = None) -> DnnSpec:
+    return get("dnns", ref, DnnSpec, base)
+
+
+def scenario(ref: str, base: Path | None = None) -> Scenario | EdgeScenario:
+    if _is_path(ref):
+        return load_file("scenarios", ref, Scenario)
+    spec = _load_entry("scenarios", canonical("scenarios", ref))
+    assert isinstance(spec, Scenario | EdgeScenario)
+    return spec
 
 
 def suite(ref: str | Path) -> Suite:
@@ -228,8 +248,8 @@ def _field(field: str, fn: Callable[[], T]) -> T:
         raise e.at(field) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """A user scenario file, or a built-in scenario by name."""
+def load_scenario(path: str | Path) -> Scenario | EdgeScenario:
+    """A user scenario file, or a built-in scenario by name (an edge scenario when its workload is ``edge``)."""
     ref = str(path)
     if _is_path(ref) or Path(ref).is_file():
         return load_file("scenarios", ref, Scenario)

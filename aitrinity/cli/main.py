@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--objective",
         choices=["time", "throughput", "latency", "cost", "energy"],
-        help="training: time (default), cost, energy; serving: throughput (default), latency, cost, energy",
+        help="training: time (default), cost, energy; serving: throughput (default), latency, cost, energy; "
+        "edge: latency or energy (default: the scenario's)",
     )
     pl.add_argument("--slo-ttft", metavar="TIME", help="serving: time-to-first-token objective, e.g. 2s")
     pl.add_argument("--slo-tpot", metavar="TIME", help="serving: time-per-output-token objective, e.g. 50ms")
@@ -197,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     cl = csub.add_parser("list", help="names of one kind, or of every kind")
-    cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "scenarios", "suites"])
+    cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "dnns", "scenarios", "suites"])
     cl.add_argument("--json", action="store_true")
     cs = csub.add_parser("show", help="one entry (name, alias or Hugging Face id) with derived figures")
     cs.add_argument("name")
@@ -208,19 +209,23 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from aitrinity import api
     from aitrinity.cli import render
+    from aitrinity.cost.diagnosis import Diagnosis
 
     refs = args.scenarios or api.builtin_scenarios()
     results = [api.diagnose(r, args.overrides) for r in refs]
     if args.json:
         print(dump([r.model_dump(mode="json") for r in results]))
     else:
-        print("\n\n".join(render.diagnosis(r) for r in results))
+        print(
+            "\n\n".join(render.diagnosis(r) if isinstance(r, Diagnosis) else render.edge_diagnosis(r) for r in results)
+        )
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from aitrinity import api
     from aitrinity.cli import render
+    from aitrinity.plan.split import EdgePlanReport
 
     top = getattr(args, "top", 1)
     if top < 1:
@@ -249,6 +254,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start, args.slo_ttft, args.slo_tpot)
     if args.json:
         print(dump(rep.model_dump(mode="json")))
+    elif isinstance(rep, EdgePlanReport):
+        print(render.edge_plan(rep))
     elif args.command == "explain":
         print(render.chain(rep.chain) if rep.chain else "no feasible plan: nothing to explain")
     else:

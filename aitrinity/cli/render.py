@@ -364,3 +364,80 @@ def hardware(c: Any) -> str:
         )
     lines += _table(rows)
     return "\n".join(lines)
+
+
+def _mbit(Bps: float) -> str:
+    return f"{Bps * 8 / 1e6:.3g} Mbit/s"
+
+
+def _envelope(title: str, segs: list[Any]) -> list[str]:
+    if not segs:
+        return [title, "    no allowed choice"]
+    if len(segs) == 1:
+        return [title, f"    {segs[0].choice} at every bandwidth"]
+    rows = []
+    for i, s in enumerate(segs):
+        if i == 0:
+            span = f"below {_mbit(s.high_Bps)}"
+        elif i == len(segs) - 1:
+            span = f"{_mbit(s.low_Bps)} and above"
+        else:
+            span = f"{_mbit(s.low_Bps)} - {_mbit(s.high_Bps)}"
+        rows.append([span, s.choice])
+    return [title, *_table(rows, "    ")]
+
+
+def _split_row(o: Any) -> list[str]:
+    return [
+        o.label,
+        format_time(o.latency_s),
+        format_energy(o.device_energy_J),
+        format_bytes(o.uplink_bytes, binary=False) if o.uplink_bytes else "-",
+        format_time(o.device_s + o.coding_s),
+        format_time(o.link_s) if o.uplink_bytes else "-",
+        format_time(o.server_s),
+        "-" if o.accuracy_drop is None else f"{o.accuracy_drop:.1%}",
+    ]
+
+
+_SPLIT_HEAD = ["choice", "latency", "energy", "uplink", "device", "link", "server", "acc. drop"]
+
+
+def _unique(options: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for o in options:
+        if all(o.label != x.label for x in out):
+            out.append(o)
+    return out
+
+
+def edge_diagnosis(d: Any) -> str:
+    lines = [
+        f"== {d.scenario}: {d.model} on {d.device} -> {d.uplink} ({_mbit(d.uplink_Bps)}) -> {d.server}, "
+        f"{d.frames_per_s:g} frames/s",
+        f"  {d.sentence}",
+        f"  chosen by the {d.chosen_by}:",
+        *_table([_SPLIT_HEAD, *(_split_row(o) for o in _unique([d.chosen, d.all_local, d.all_offload]))], "    "),
+        "  utilization: " + ", ".join(f"{k} {v:.0%}" for k, v in d.utilization.items()),
+        *_envelope("  best choice by uplink bandwidth (latency):", d.latency_envelope),
+        *_envelope("  best choice by uplink bandwidth (device energy):", d.energy_envelope),
+    ]
+    if d.trace_shares:
+        lines.append(
+            "  over the bandwidth trace the best choice is "
+            + "; ".join(f"{s.choice} {s.fraction_of_time:.0%} of the time" for s in d.trace_shares)
+        )
+    if d.excluded:
+        lines.append("  not planned: " + "; ".join(f"{n} options: {why}" for why, n in d.excluded.items()))
+    return "\n".join(lines)
+
+
+def edge_plan(rep: Any) -> str:
+    lines = [
+        f"== {rep.scenario}: {rep.options} split x codec options, {rep.allowed} allowed; objective: {rep.objective}",
+        f"best: {rep.best.label}",
+        *_table([_SPLIT_HEAD, *(_split_row(o) for o in rep.top)]),
+        *_envelope("break-even bandwidths (latency):", rep.latency_envelope),
+        *_envelope("break-even bandwidths (device energy):", rep.energy_envelope),
+    ]
+    return "\n".join(lines)

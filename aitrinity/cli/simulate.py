@@ -154,7 +154,8 @@ def _prefill(args: argparse.Namespace) -> int:
 
 def _training(args: argparse.Namespace) -> int:
     from aitrinity import units
-    from aitrinity.sim.training import DEGRADING, LinkTrace, TrainingJob, compare
+    from aitrinity.sim.training import DEGRADING, TrainingJob, compare
+    from aitrinity.traces import LinkTrace
 
     if args.steps < 1 or args.period < 1:
         raise SpecError("--steps/--period", f"{args.steps}/{args.period}", "positive numbers")

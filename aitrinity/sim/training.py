@@ -19,59 +19,15 @@ The objective is the time to finish ``steps`` steps.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from aitrinity.control import Controller
 from aitrinity.cost.grad_compression import step_time
 from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError
 from aitrinity.sim.core import Event, Simulator
-
-
-@dataclass(frozen=True)
-class LinkTrace:
-    """Piecewise-constant bandwidth: ``bandwidth_Bps[i]`` from ``times_s[i]`` on."""
-
-    times_s: tuple[float, ...]
-    bandwidth_Bps: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if not self.times_s or len(self.times_s) != len(self.bandwidth_Bps):
-            raise ValueError("a link trace needs as many times as bandwidths, at least one")
-        if list(self.times_s) != sorted(self.times_s) or any(b <= 0 for b in self.bandwidth_Bps):
-            raise ValueError("times must ascend and bandwidths be positive")
-
-    def at(self, t: float) -> float:
-        i = bisect.bisect_right(self.times_s, t) - 1
-        return self.bandwidth_Bps[max(i, 0)]
-
-    @classmethod
-    def load(cls, path: str | Path) -> LinkTrace:
-        """``time_s, Mbit/s`` per line (comma or space separated; ``#`` comments)."""
-        times, bws = [], []
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise SpecError.at(path, f"cannot read the link trace ({e.strerror})") from None
-        for i, line in enumerate(lines, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            parts = line.replace(",", " ").split()
-            try:
-                t, mbit = float(parts[0]), float(parts[1])
-            except (IndexError, ValueError):
-                raise SpecError.at(f"{path}:{i}", "expected 'time_s, Mbit/s'") from None
-            times.append(t)
-            bws.append(mbit * 1e6 / 8)
-        try:
-            return cls(tuple(times), tuple(bws))
-        except ValueError as e:
-            raise SpecError.at(path, str(e)) from None
-
+from aitrinity.traces import LinkTrace
 
 DEGRADING = LinkTrace((0.0, 20.0, 40.0, 70.0), (10e9 / 8, 1e9 / 8, 100e6 / 8, 1e9 / 8))
 """10 Gbit/s, then contention: 1 Gbit/s at 20 s, 100 Mbit/s at 40 s, 1 Gbit/s again at 70 s."""

@@ -64,7 +64,7 @@ class DeviceSpec(Spec):
     """An accelerator or a host CPU (one socket / one GPU)."""
 
     name: str
-    kind: Literal["gpu", "cpu", "accelerator"]
+    kind: Literal["gpu", "cpu", "accelerator", "soc"]
     vendor: str
     source: str
     aliases: list[str] = []
@@ -81,6 +81,10 @@ class DeviceSpec(Spec):
     typical_host_link: str = "pcie-5-x16"
     measured: list[Measurement] = []
     """Set by ``trinity calibrate``: every measurement behind the figures above."""
+    tier: Literal["device", "edge", "cloud"] = "cloud"
+    """Where it sits in a device-edge-cloud deployment (edge scenarios)."""
+    idle_W: Power | None = None
+    """Power while idle / waiting, where published (edge scenarios: a device waiting for the server)."""
 
     @model_validator(mode="after")
     def _check(self) -> DeviceSpec:
@@ -102,6 +106,16 @@ class DeviceSpec(Spec):
         raise SpecError("dtype", dtype, f"a dtype {self.name} supports: {', '.join(self.peak_flops)}")
 
 
+class RadioModel(Spec):
+    """Transmit power of a wireless uplink: ``P = tx_base_W + tx_W_per_Mbps x throughput`` (Huang et al.,
+    MobiSys'12, "A close examination of performance and power characteristics of 4G LTE networks", Table 4).
+    A transfer of ``b`` bits taking ``t`` seconds costs ``tx_base_W x t + tx_W_per_Mbps x b / 1e6`` joules."""
+
+    tx_base_W: float = Field(ge=0)
+    tx_W_per_Mbps: float = Field(ge=0)
+    source: str
+
+
 class LinkSpec(Spec):
     """A link under the α-β model: ``time = latency_s + bytes / bandwidth_Bps``.
 
@@ -116,6 +130,8 @@ class LinkSpec(Spec):
     bandwidth_Bps: Bandwidth
     latency_s: Seconds
     efficiency: Fraction = 0.85
+    radio: RadioModel | None = None
+    """Transmit energy of a wireless uplink (edge scenarios), where published."""
 
 
 class MemoryTierSpec(Spec):

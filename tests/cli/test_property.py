@@ -22,7 +22,8 @@ from aitrinity import catalog
 from aitrinity.cli.main import main
 
 MODELS = ["llama-3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "opt-13b", "llama-2-13b"]
-DEVICES = catalog.names("devices")
+# training and serving scenarios run in bf16: the edge devices (fp32-only SoCs and boards) are for edge scenarios
+DEVICES = [n for n in catalog.names("devices") if catalog.device(n).tier != "device"]
 
 
 def _divisors(n: int, limit: int) -> list[int]:
