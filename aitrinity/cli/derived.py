@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from aitrinity.spec.edge import DnnSpec
 from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.units import format_bytes, format_count, format_time
@@ -38,6 +39,22 @@ def derived(kind: str, spec: BaseModel) -> dict[str, Fact]:
             f"ridge_point_{k}": (v / spec.memory_bandwidth_Bps, f"{v / spec.memory_bandwidth_Bps:.0f} FLOP/byte")
             for k, v in spec.peak_flops.items()
         }
+    if isinstance(spec, DnnSpec):
+        from aitrinity.cost.dnn import layer_table
+
+        table = layer_table(spec)
+        big = max(table.layers, key=lambda x: x.out_bytes)
+        facts: dict[str, Fact] = {
+            "params": (table.params, format_count(table.params)),
+            "forward_flops": (table.flops, f"{table.flops / 1e9:.3g} GFLOP (conv and matmul, 2 per MAC)"),
+            "chain_nodes": (len(table.layers), f"{len(table.layers)} split points + input"),
+            "input_bytes": (table.input_bytes, format_bytes(table.input_bytes, binary=False)),
+            "largest_output": (big.out_bytes, f"{format_bytes(big.out_bytes, binary=False)} after {big.name}"),
+        }
+        if spec.published_params:
+            err = table.params / spec.published_params - 1
+            facts["vs_published_params"] = (err, f"{err:+.2%} vs published {format_count(spec.published_params)}")
+        return facts
     if isinstance(spec, LinkSpec | MemoryTierSpec):
         eff = spec.efficiency if isinstance(spec, LinkSpec) else 1.0
         t = spec.latency_s + 2**30 / (spec.bandwidth_Bps * eff)

@@ -67,6 +67,8 @@ class SplitDevice:
     sock: socket.socket | None = None
     down_since: float | None = None
     errors: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+    """Every byte handed to the socket (frames and probes)."""
 
     @property
     def n(self) -> int:
@@ -106,6 +108,7 @@ class SplitDevice:
 
     def _send(self, data: bytes) -> None:
         assert self.sock is not None
+        self.bytes_sent += len(data)
         if self.shaper is not None:
             self.shaper.sendall(self.sock, data)
         else:
