@@ -1,12 +1,20 @@
-"""Prefill-cluster simulation of the Mooncake conversation trace (issue 7, first part).
+"""Simulation benchmarks (issue 7).
 
-Simulated requests per second of wall time on one core (16 instances, the full
-12,031-request trace; goal: under 10 s), and a global KV pool against
-per-instance caches of the same total capacity: token hit rate, prefill FLOPs
-and TTFT (Llama-3.1-70B, one 8xH100 node per prefill instance at 75% of dense
-bf16 peak, cached KV loaded at 50 GB/s).
+Part ``prefill``: the Mooncake conversation trace over 16 prefill instances:
+simulated requests per second of wall time on one core (the full 12,031-request
+trace; goal: under 10 s), and a global KV pool against per-instance caches of
+the same total capacity: token hit rate, prefill FLOPs and TTFT (Llama-3.1-70B,
+one 8xH100 node per prefill instance at 75% of dense bf16 peak, cached KV
+loaded at 50 GB/s).
 
-    python benchmarks/bench_sim.py [--json]
+Part ``adaptive``: in each representative system with a changing link -- data-
+parallel training whose link degrades (``sim.training``), the camera stream of
+``camera-analytics-edge`` over its swinging uplink (``sim.edge``) -- the
+adaptive Controller against every static plan and the hindsight oracle, seeds
+0-2: the objective (time to finish / mean frame latency), adaptive vs the best
+static, adaptive vs the oracle.
+
+    python benchmarks/bench_sim.py [--part prefill|adaptive|all] [--json]
 """
 
 from __future__ import annotations
@@ -23,11 +31,66 @@ from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
+def adaptive(as_json: bool) -> list[dict[str, object]]:
+    from aitrinity import api
+    from aitrinity.catalog.loader import DATA
+    from aitrinity.edge import resolve
+    from aitrinity.sim.edge import compare_edge
+    from aitrinity.sim.training import DEGRADING, TrainingJob, compare
+    from aitrinity.traces import LinkTrace
+
+    scenario, base = api.load("camera-analytics-edge")
+    options = resolve(scenario, base).options()  # type: ignore[arg-type]
+    uplink = LinkTrace.load(DATA / "traces" / "uplink-swing.csv")
+    rows: list[dict[str, object]] = []
+    for seed in (0, 1, 2):
+        systems = {
+            "training on a degrading link (time to finish)": [
+                (r.policy, r.total_s) for r in compare(TrainingJob(), DEGRADING, seed=seed)
+            ],
+            "camera stream on a swinging uplink (mean frame latency)": [
+                (r.policy, r.mean_latency_s) for r in compare_edge(options, uplink, seed=seed)
+            ],
+        }
+        for system, res in systems.items():
+            d = dict(res)
+            static = {k: v for k, v in d.items() if k.startswith("static:")}
+            best = min(static, key=lambda k: static[k])
+            rows.append(
+                {
+                    "system": system,
+                    "seed": seed,
+                    "adaptive": d["adaptive"],
+                    "oracle": d["oracle"],
+                    "best_static": best,
+                    "best_static_value": static[best],
+                    "static_plans": len(static),
+                }
+            )
+    if not as_json:
+        head = f"{'adaptive':>10s} {'best static':>12s} {'oracle':>9s}  vs static  vs oracle"
+        print(f"\n{'system':58s} {'seed':>4s} {head}")
+        for r in rows:
+            a, b, o = float(r["adaptive"]), float(r["best_static_value"]), float(r["oracle"])  # type: ignore[arg-type]
+            print(
+                f"{r['system']:58s} {r['seed']:>4} {a:9.3f}s {b:11.3f}s {o:8.3f}s  {b / a:8.2f}x  {a / o - 1:+8.1%}"
+                f"   (best static: {str(r['best_static']).removeprefix('static:')}, of {r['static_plans']})"
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "all"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    if a.part in ("adaptive", "all"):
+        out = adaptive(a.json)
+        if a.json:
+            print(json.dumps(out, indent=2))
+        if a.part == "adaptive":
+            return
     reqs = traces.load(TRACE)
     m, d = catalog.model("llama-3.1-70b"), catalog.device("h100-sxm")
     g = 8 * d.peak_flops_for("bf16") * d.efficiency.compute

@@ -28,6 +28,8 @@ EPILOG = """examples:
   trinity kv plan data/traces/mooncake_conversation_trace.jsonl --target 0.3   prefix-cache capacity per tier
   trinity calibrate --quick -o me.yaml      measure this machine; use me.yaml as a device
   trinity train-demo --workers 2 --link 100mbit --compressor auto   compressed DDP over a shaped link
+  trinity diagnose camera-analytics-edge     where to split a CNN between a camera and an edge server
+  trinity split-demo --policy local,0:raw,adaptive   split inference for real over a swinging uplink
   trinity simulate training-link            static plans vs the adaptive Controller on a degrading link
   trinity hardware compare h100-sxm h200 b200 mi300x   designs over the built-in workload suite
   trinity hardware compare h100 h100:hbm_capacity=141GiB,price=+50% --objective tokens_per_dollar
@@ -135,9 +137,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     kv.add_replay_arguments(rp)
     kv.add_parsers(sub)
-    from aitrinity.cli import simulate, train
+    from aitrinity.cli import simulate, split, train
 
     train.add_parser(sub)
+    split.add_parser(sub)
     simulate.add_parser(sub)
 
     cal = sub.add_parser(
@@ -383,6 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from aitrinity.cli import simulate
 
             return simulate.run(args)
+        if args.command == "split-demo":
+            from aitrinity.cli import split
+
+            return split.run(args)
         if args.command == "train-demo":
             from aitrinity.cli import train
 

@@ -9,17 +9,20 @@ from typing import Any
 from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError
 
-SCENARIOS = ("prefill-cluster", "serving", "training-link")
+SCENARIOS = ("prefill-cluster", "serving", "training-link", "edge-stream")
 HELP = """scenarios:
   prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
   serving           a request trace over N instances: continuous batching, chunked prefill, KV limit, preemption
   training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
+  edge-stream       a camera stream whose uplink swings (an edge scenario); static splits vs adaptive vs oracle
 
 examples:
   trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
   trinity simulate serving --trace data/traces/mooncake_conversation_trace.jsonl --model llama-3.1-8b --instances 8
   trinity simulate training-link                         (the built-in degrading link)
   trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
+  trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)
+  trinity simulate edge-stream --edge my-edge.yaml --trace uplink.csv --duration 600
 
 A link trace has 'time_s, Mbit/s' per line; the bandwidth holds until the next line.
 """
@@ -39,6 +42,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=2000, help="training-link: steps (default 2000)")
     p.add_argument("--period", type=int, default=10, help="training-link: steps between re-plans (default 10)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--edge", default="camera-analytics-edge", help="edge-stream: edge scenario (name or file)")
+    p.add_argument("--duration", type=float, default=200.0, help="edge-stream: seconds of frames (default 200)")
     p.add_argument("--instances", type=int, default=16, help="prefill-cluster / serving: instances (default 16)")
     p.add_argument("--capacity", default="3.2M", help="prefill-cluster: total cache tokens (default 3.2M)")
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
@@ -55,7 +60,59 @@ def run(args: argparse.Namespace) -> int:
         return _prefill(args)
     if args.scenario == "serving":
         return _serving(args)
+    if args.scenario == "edge-stream":
+        return _edge(args)
     return _training(args)
+
+
+def _edge(args: argparse.Namespace) -> int:
+    from aitrinity import api, units
+    from aitrinity.edge import resolve
+    from aitrinity.sim.edge import EdgeStream, compare_edge, simulate_edge
+    from aitrinity.spec.edge import EdgeScenario
+    from aitrinity.traces import LinkTrace
+
+    s, base = api.load(args.edge)
+    if not isinstance(s, EdgeScenario):
+        raise SpecError("--edge", args.edge, "an edge scenario (its workload has an 'edge' job)")
+    inp = resolve(s, base)
+    if args.trace:
+        link = LinkTrace.load(args.trace)
+    elif inp.trace:
+        link = LinkTrace(tuple(t for t, _ in inp.trace), tuple(b for _, b in inp.trace))
+    else:
+        raise SpecError("--trace", None, f"an uplink trace ({s.name} names none in workload.edge.bandwidth_trace)")
+    if args.duration <= 0:
+        raise SpecError("--duration", args.duration, "a positive number of seconds")
+    stream = EdgeStream(fps=s.workload.edge.frames_per_s, duration_s=args.duration)
+    opts = inp.options()
+    _say(args, f"simulating {int(stream.duration_s * stream.fps):,} frames of {s.name}")
+    if args.policy == "all":
+        results = compare_edge(opts, link, stream, seed=args.seed)
+    else:
+        results = [simulate_edge(opts, link, p.strip(), stream, seed=args.seed) for p in args.policy.split(",")]
+    if args.json:
+        print(dump([r.model_dump(mode="json") for r in results]))
+        return 0
+    oracle = next((r.mean_latency_s for r in results if r.policy == "oracle"), None)
+    statics = [r for r in results if r.policy.startswith("static:")]
+    best = min(statics, key=lambda r: r.mean_latency_s) if statics else None
+    print(f"{s.name}: {results[0].frames:,} frames at {stream.fps:g}/s over {args.trace or 'its uplink trace'}")
+    shown = sorted(results, key=lambda r: r.mean_latency_s)
+    for r in shown[:12]:
+        notes = []
+        if best and not r.policy.startswith("static:"):
+            notes.append(f"{best.mean_latency_s / r.mean_latency_s:.2f}x the best static")
+        if oracle and r.policy != "oracle":
+            notes.append(f"{r.mean_latency_s / oracle - 1:+.1%} vs oracle")
+        print(
+            f"  {r.policy:34s} mean {units.format_time(r.mean_latency_s):>9s}  p99 "
+            f"{units.format_time(r.latency_s.p99):>9s}  "
+            f"energy {units.format_energy(r.mean_energy_J):>9s}  switches {r.switches:3d}  {'; '.join(notes)}"
+        )
+    if len(shown) > 12:
+        print(f"  ... {len(shown) - 12} more static choices in --json")
+    return 0
 
 
 def _serving(args: argparse.Namespace) -> int:

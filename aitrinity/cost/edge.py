@@ -20,8 +20,9 @@ Time of a node on a processor: roofline ``max(FLOPs / FLOP/s, bytes / memory
 bandwidth)`` with bytes = weights + input + output at the activation dtype
 (batch 1: the fully connected layers are memory bound). Coding time: the
 tensor streamed twice through memory (read fp32, write the code). Link: α-β,
-``latency + bytes / bandwidth``. Frame latency = device + encode + uplink +
-server + decode + downlink.
+``latency + bytes / bandwidth`` (a token-bucket link: less its burst, see
+:class:`Uplink`). Frame latency = device + encode + uplink + server + decode +
+downlink.
 
 Device energy per frame = busy power x (compute + coding) + radio energy of
 the upload (Huang et al. MobiSys'12 power model, :class:`RadioModel`) + idle
@@ -90,6 +91,9 @@ class Uplink:
     tx_base_W: float | None = None
     """Radio power model (None: no published model; the device idles while it sends)."""
     tx_W_per_Mbps: float = 0.0
+    burst_bytes: float = 0.0
+    """A token-bucket link (``tc tbf``) lets the first ``burst_bytes`` of a message after an idle spell pass at
+    line rate: only ``max(bytes - burst_bytes, 0)`` are paced at ``bandwidth_Bps``. 0 for a plain α-β link."""
 
 
 def node_seconds(flops: float, moved_bytes: float, p: Processor) -> float:
@@ -118,6 +122,8 @@ class SplitOption(Result):
     device_flops: float
     server_flops: float
     uplink_bytes: int
+    paced_bytes: float
+    """The uplink bytes paced at the link's bandwidth (all of them, less a token bucket's burst)."""
     downlink_bytes: int
     device_s: float
     coding_s: float
@@ -144,10 +150,10 @@ class SplitOption(Result):
         return f"after {self.after}, {coded}" if self.split else f"raw input, {coded}"
 
     def latency_at(self, bandwidth_Bps: float) -> float:
-        return self.latency_fixed_s + self.uplink_bytes / bandwidth_Bps
+        return self.latency_fixed_s + self.paced_bytes / bandwidth_Bps
 
     def energy_at(self, bandwidth_Bps: float) -> float:
-        return self.energy_fixed_J + self.energy_J_per_byte_s * self.uplink_bytes / bandwidth_Bps
+        return self.energy_fixed_J + self.energy_J_per_byte_s * self.paced_bytes / bandwidth_Bps
 
 
 @dataclass(frozen=True)
@@ -279,6 +285,7 @@ def _option(
     down_s = 0.0 if local else down_lat + down / down_B
     fixed = dev_s + coding + up_fixed + srv_s + down_s
     B = uplink.bandwidth_Bps
+    paced = max(up - uplink.burst_bytes, 0.0)
     # device energy: busy while computing and coding, radio (or idle) while sending, idle while waiting
     busy = dev_s + (coding / 2 if not local else 0.0)
     wait = up_fixed + srv_s + down_s + (coding / 2 if not local else 0.0)
@@ -301,13 +308,14 @@ def _option(
         device_flops=sum(x.flops for x in table.layers[:k]),
         server_flops=sum(x.flops for x in table.layers[k:]),
         uplink_bytes=up,
+        paced_bytes=paced,
         downlink_bytes=down,
         device_s=dev_s,
         coding_s=coding,
         server_s=srv_s,
-        link_s=(up_fixed + up / B if not local else 0.0) + down_s,
-        latency_s=fixed + up / B,
-        device_energy_J=e_fixed + send_W * up / B,
+        link_s=(up_fixed + paced / B if not local else 0.0) + down_s,
+        latency_s=fixed + paced / B,
+        device_energy_J=e_fixed + send_W * paced / B,
         latency_fixed_s=fixed,
         energy_fixed_J=e_fixed,
         energy_J_per_byte_s=send_W,
@@ -355,8 +363,8 @@ def envelope(
 
     def coef(o: SplitOption) -> tuple[float, float]:
         if objective == "latency":
-            return o.latency_fixed_s, float(o.uplink_bytes)
-        return o.energy_fixed_J, o.energy_J_per_byte_s * o.uplink_bytes
+            return o.latency_fixed_s, o.paced_bytes
+        return o.energy_fixed_J, o.energy_J_per_byte_s * o.paced_bytes
 
     cuts = {low_Bps, high_Bps}
     lines = sorted({coef(o) for o in ok})

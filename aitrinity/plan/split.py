@@ -59,7 +59,7 @@ class EdgePlanReport(Result):
 
 
 def utilization(o: SplitOption, uplink_Bps: float, fps: float) -> dict[str, float]:
-    up = o.uplink_bytes / uplink_Bps if o.uplink_bytes else 0.0
+    up = o.paced_bytes / uplink_Bps
     return {
         "device compute": (o.device_s + o.coding_s / 2) * fps,
         "uplink": up * fps,

@@ -45,8 +45,13 @@ def _run(*argv: str) -> None:
 
 
 @contextmanager
-def shaped_namespace(rate: str | None, burst: str = "256kb", latency: str = "100ms") -> Iterator[Namespace]:
-    """A fresh namespace with loopback up, shaped to ``rate`` (tc syntax: 100mbit, 1gbit; None: unshaped)."""
+def shaped_namespace(
+    rate: str | None, burst: str = "256kb", latency: str = "100ms", mtu: int | None = None
+) -> Iterator[Namespace]:
+    """A fresh namespace with loopback up, shaped to ``rate`` (tc syntax: 100mbit, 1gbit; None: unshaped).
+
+    ``mtu``: loopback's MTU (default 65536). Small messages on a slow link need an Ethernet-like MTU and a
+    burst of a few packets, or a whole message passes in one burst unshaped."""
     why = unavailable()
     if why:
         raise OSError(f"cannot make a shaped namespace: {why}")
@@ -54,6 +59,8 @@ def shaped_namespace(rate: str | None, burst: str = "256kb", latency: str = "100
     _run("ip", "netns", "add", name)
     try:
         _run("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up")
+        if mtu:
+            _run("ip", "netns", "exec", name, "ip", "link", "set", "lo", "mtu", str(mtu))
         if rate:
             _run(
                 "ip",

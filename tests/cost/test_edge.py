@@ -114,3 +114,12 @@ def test_measured_node_times_replace_the_roofline():
     assert local.latency_s == pytest.approx(0.01 * n)
     with pytest.raises(ValueError, match="node times"):
         split_options(TABLE, DEV, SRV, LTE, ALL, device_times=[0.01])
+
+
+def test_a_token_bucket_burst_is_not_paced():
+    bucket = Uplink("tbf", LTE.bandwidth_Bps, LTE.latency_s, burst_bytes=1500)
+    plain = {(o.split, o.codec): o for o in split_options(TABLE, DEV, SRV, LTE, ALL)}
+    for o in split_options(TABLE, DEV, SRV, bucket, ALL):
+        p = plain[(o.split, o.codec)]
+        assert o.paced_bytes == max(o.uplink_bytes - 1500, 0)
+        assert p.latency_s - o.latency_s == pytest.approx((p.paced_bytes - o.paced_bytes) / LTE.bandwidth_Bps)

@@ -31,6 +31,7 @@ from aitrinity.systems.split import digits
 from aitrinity.systems.split.device import (
     AdaptiveSplit,
     SplitDevice,
+    calibrate_link,
     calibrated_options,
     node_times,
     stream,
@@ -43,9 +44,12 @@ from aitrinity.traces import LinkTrace
 @dataclass(frozen=True)
 class DemoConfig:
     policies: list[str] = field(default_factory=lambda: ["adaptive"])
-    """``adaptive``, ``local`` or ``SPLIT:CODEC`` (``0:raw``: ship the frame); each runs in turn."""
+    """``adaptive``, ``local``, ``SPLIT:CODEC`` (``0:raw``: ship the frame) or ``all`` (every allowed static
+    choice); each runs in turn."""
     frames: int = 200
     fps: float | None = 20.0
+    gap_s: float = 0.0
+    """Without ``fps``: the pause before each frame (the link idles, as between frames at a frame rate)."""
     rate_Mbps: float | None = None
     """Pace the uplink at this rate (None: no pacing -- the link as it is, e.g. a shaped namespace)."""
     trace: str | None = None
@@ -59,9 +63,17 @@ class DemoConfig:
     epochs: int = 12
     seed: int = 0
     period: int = 1
-    patience: int = 2
+    probe_every: int = 5
+    """While (nearly) local, probe the link every this many frames (so a recovered link is noticed)."""
+    patience: int = 1
+    """The Controller switches on the first frame that predicts a gain above its margin: frames are cheap to
+    re-plan and a late switch on a collapsing link costs whole frames."""
     link_latency_s: float = 5e-5
     initial_Mbps: float = 10.0
+    rounds: int = 1
+    """Split each policy's frames into this many rounds, the policies interleaved round by round."""
+    calibrate_link: bool = False
+    """Fit the link (round trip, bandwidth, token-bucket burst) with probes before streaming."""
 
 
 def _rate(cfg: DemoConfig) -> Callable[[float], float] | None:
@@ -90,34 +102,93 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
         max_accuracy_drop=cfg.max_accuracy_drop,
     )
     progress("calibrating node times")
-    server_s = node_times(nodes, table, gap_s=1 / cfg.fps if cfg.fps else 0.01)
+    server_s = node_times(nodes, table, gap_s=1 / cfg.fps if cfg.fps else max(cfg.gap_s, 0.01))
     device_s = [t * cfg.slowdown for t in server_s]
     reps = -(-cfg.frames // len(xte))
     frames = (list(xte) * reps)[: cfg.frames]
     labels = (list(yte) * reps)[: cfg.frames]
+    rate_Bps = (cfg.rate_Mbps or cfg.initial_Mbps) * 1e6 / 8
+    link: dict[str, Any] = {"bandwidth_Bps": rate_Bps, "latency_s": cfg.link_latency_s, "burst_bytes": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         weights = cfg.weights or str(Path(tmp) / "digits.safetensors")
         if not cfg.weights:
             digits.save(nodes, weights)
-        runs = []
-        for policy in cfg.policies:
-            runs.append(
-                _run_one(cfg, policy, table, nodes, weights, frames, labels, choices, device_s, server_s, progress)
+        with server_process(weights) as (proc, port):
+            if cfg.calibrate_link:
+                progress("calibrating the link with probes")
+                pacer = _rate(cfg)
+                dev = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(pacer) if pacer else None)
+                fit = calibrate_link(dev, [1024, 2048, 4096, 8192, 16384, 32768])
+                if dev.sock is not None:
+                    dev.sock.close()
+                link = {
+                    "bandwidth_Bps": fit.bandwidth_Bps,
+                    "latency_s": fit.base_rtt_s / 2,
+                    "burst_bytes": fit.burst_bytes,
+                    "probes": fit.samples,
+                }
+            predicted = calibrated_options(
+                table, device_s, server_s, link["bandwidth_Bps"], link["latency_s"], choices, link["burst_bytes"]
             )
-    init = cfg.rate_Mbps or cfg.initial_Mbps
-    predicted = calibrated_options(table, device_s, server_s, init * 1e6 / 8, cfg.link_latency_s, choices)
+            policies = [p for p in cfg.policies if p != "all"]
+            if "all" in cfg.policies:
+                policies += [_policy(o) for o in predicted if o.allowed]
+            shared = None if cfg.kill_server_at is not None else (proc, port)
+            rounds = max(1, min(cfg.rounds, len(frames)))
+            parts: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+            for r in range(rounds):  # interleaved, so a slow spell of the machine hits every policy alike
+                lo, hi = r * len(frames) // rounds, (r + 1) * len(frames) // rounds
+                for policy in policies:
+                    parts[policy].append(
+                        _run_one(
+                            cfg,
+                            policy,
+                            table,
+                            nodes,
+                            weights,
+                            frames[lo:hi],
+                            labels[lo:hi],
+                            choices,
+                            device_s,
+                            server_s,
+                            link,
+                            shared,
+                            progress,
+                        )
+                    )
+            runs = []
+            for policy in policies:
+                run = _merge(parts[policy])
+                pred = next((o for o in predicted if _policy(o) == policy), None)
+                run["predicted_latency_s"] = pred.latency_s if pred else None
+                runs.append(run)
+            log = _drain(proc)
     return {
         "config": asdict(cfg),
         "emulation": f"device {cfg.slowdown:g}x slower than this CPU (it waits {cfg.slowdown - 1:g}x the time its "
         "nodes took); server at this CPU's speed; one torch thread each",
         "accuracy": acc,
         "node_seconds": {"device": device_s, "server": server_s},
-        "predicted_at_start": [
-            {"choice": o.label, "latency_s": o.latency_s, "uplink_bytes": o.uplink_bytes, "allowed": o.allowed}
+        "link": link,
+        "predicted": [
+            {
+                "policy": _policy(o),
+                "choice": o.label,
+                "latency_s": o.latency_s,
+                "uplink_bytes": o.uplink_bytes,
+                "allowed": o.allowed,
+                "why_not": o.why_not,
+            }
             for o in predicted
         ],
         "runs": runs,
+        "server_log": log[-50:],
     }
+
+
+def _policy(o: Any) -> str:
+    """The static policy string that runs option ``o``."""
+    return "local" if o.uplink_bytes == 0 else f"{o.split}:{o.codec}"
 
 
 def _run_one(
@@ -131,46 +202,106 @@ def _run_one(
     choices: Choices,
     device_s: list[float],
     server_s: list[float],
+    link: dict[str, Any],
+    shared: tuple[Any, int] | None,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     progress(f"streaming {len(frames)} frames, policy {policy}")
-    rate = _rate(cfg)
-    with server_process(weights) as (proc, port):
-        device = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(rate) if rate else None, cfg.slowdown)
-        pol: str | AdaptiveSplit = policy
-        if policy == "adaptive":
-            pol = AdaptiveSplit(
-                table,
-                device_s,
-                server_s,
-                choices,
-                (cfg.rate_Mbps or cfg.initial_Mbps) * 1e6 / 8,
-                base_rtt_s=2 * cfg.link_latency_s,
-                patience=cfg.patience,
+    if shared is None:
+        with server_process(weights) as (proc, port):
+            out = _stream(
+                cfg, policy, table, nodes, frames, labels, choices, device_s, server_s, link, proc, port, progress
             )
+            out["server_log"] = _drain(proc)[-20:]
+            return out
+    return _stream(cfg, policy, table, nodes, frames, labels, choices, device_s, server_s, link, *shared, progress)
 
-        def on_frame(i: int, _r: Any) -> None:
-            if cfg.kill_server_at is not None and i + 1 == cfg.kill_server_at:
-                proc.kill()
-                progress(f"killed the server after frame {i}")
 
-        res = stream(device, frames, labels, pol, cfg.fps, period=cfg.period, on_frame=on_frame)
-        if device.sock is not None:
-            device.sock.close()
-        log = _drain(proc)
+def _stream(
+    cfg: DemoConfig,
+    policy: str,
+    table: Any,
+    nodes: Any,
+    frames: list[Any],
+    labels: list[Any],
+    choices: Choices,
+    device_s: list[float],
+    server_s: list[float],
+    link: dict[str, Any],
+    proc: Any,
+    port: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    rate = _rate(cfg)
+    device = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(rate) if rate else None, cfg.slowdown)
+    pol: str | AdaptiveSplit = policy
+    if policy == "adaptive":
+        pol = AdaptiveSplit(
+            table,
+            device_s,
+            server_s,
+            choices,
+            link["bandwidth_Bps"],
+            base_rtt_s=2 * link["latency_s"],
+            patience=cfg.patience,
+        )
+
+    def on_frame(i: int, _r: Any) -> None:
+        if cfg.kill_server_at is not None and i + 1 == cfg.kill_server_at:
+            proc.kill()
+            progress(f"killed the server after frame {i}")
+
+    res = stream(
+        device,
+        frames,
+        labels,
+        pol,
+        cfg.fps,
+        period=cfg.period,
+        probe_every=cfg.probe_every,
+        on_frame=on_frame,
+        gap_s=cfg.gap_s,
+    )
+    if device.sock is not None:
+        device.sock.close()
     return {
         "policy": policy,
         "frames": res.frames,
-        "results": sum(1 for r in res.records),
         "mean_latency_s": res.mean_latency_s,
         "p95_latency_s": res.p95_latency_s,
         "accuracy": res.accuracy,
         "fell_back": res.fell_back,
+        "bytes_sent": device.bytes_sent,
         "choices": _counts(f"{r.split}:{r.codec}" for r in res.records),
         "decisions": res.decisions,
         "link_errors": res.errors[:20],
-        "server_log": log[-20:],
         "latency_s": [r.latency_s for r in res.records],
+    }
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One policy's rounds as one run."""
+    if len(parts) == 1:
+        return parts[0]
+    lat = [x for p in parts for x in p["latency_s"]]
+    order = sorted(lat)
+    choices: dict[str, int] = {}
+    for p in parts:
+        for k, v in p["choices"].items():
+            choices[k] = choices.get(k, 0) + v
+    n = len(lat)
+    return {
+        "policy": parts[0]["policy"],
+        "frames": n,
+        "mean_latency_s": sum(lat) / n,
+        "p95_latency_s": order[min(n - 1, int(0.95 * n))],
+        "accuracy": sum(p["accuracy"] * p["frames"] for p in parts) / n,
+        "fell_back": sum(p["fell_back"] for p in parts),
+        "bytes_sent": sum(p["bytes_sent"] for p in parts),
+        "choices": choices,
+        "decisions": [d for p in parts for d in p["decisions"]],
+        "link_errors": [e for p in parts for e in p["link_errors"]][:20],
+        "latency_s": lat,
     }
 
 

@@ -197,11 +197,13 @@ def calibrated_options(
     bandwidth_Bps: float,
     latency_s: float,
     choices: Choices,
+    burst_bytes: float = 0.0,
 ) -> list[SplitOption]:
-    """Every split x codec priced by the cost model on measured node times and a link estimate."""
+    """Every split x codec priced by the cost model on measured node times and a link estimate
+    (``latency_s`` each way, so a round trip adds twice that)."""
     dev = Processor("device (calibrated)", 1.0, 1e12)
     srv = Processor("server (calibrated)", 1.0, 1e12)
-    up = Uplink("measured uplink", bandwidth_Bps, latency_s)
+    up = Uplink("measured uplink", bandwidth_Bps, latency_s, burst_bytes=burst_bytes)
     return split_options(
         table, dev, srv, up, choices, result_bytes=RESULT_BYTES, device_times=device_s, server_times=server_s
     )
@@ -217,7 +219,9 @@ class AdaptiveSplit:
     choices: Choices
     bandwidth_Bps: float
     base_rtt_s: float = 1e-3
-    alpha: float = 0.7
+    alpha: float = 1.0
+    """Weight of the newest bandwidth sample (1: the last upload alone -- a collapsing link is noticed on the
+    next frame; lower values smooth noisy links at the price of switching later)."""
     min_sample_bytes: int = 1024
     """Uploads smaller than this say more about latency than bandwidth: they do not update the estimate."""
     margin: float = 0.1
@@ -285,17 +289,21 @@ def stream(
     probe_every: int = 10,
     probe_bytes: int = 2048,
     on_frame: Callable[[int, FrameRecord], None] | None = None,
+    gap_s: float = 0.0,
 ) -> StreamResult:
     """Run ``frames`` through ``device`` under a static ``split:codec`` / ``local`` policy or an AdaptiveSplit.
 
     With ``fps`` frames arrive on a clock (a frame's latency counts from its arrival, so falling behind
-    shows up as queueing); without, back to back.
+    shows up as queueing); without, each frame arrives ``gap_s`` after the previous one finished (a camera
+    that waits for each result: the link idles between frames, as it does at a frame rate, without queueing).
     """
     n = device.n
     records: list[FrameRecord] = []
     decisions: list[str] = []
     t_start = time.perf_counter()
     for i, frame in enumerate(frames):
+        if not fps and gap_s > 0:
+            time.sleep(gap_s)
         arrival = t_start + i / fps if fps else time.perf_counter()
         wait = arrival - time.perf_counter()
         if wait > 0:
@@ -353,3 +361,37 @@ def stream(
         decisions=decisions,
         errors=list(device.errors),
     )
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """The uplink as measured with probes: round trip of an empty probe, and a token-bucket α-β fit
+    ``rtt(bytes) = base_rtt_s + max(bytes - burst_bytes, 0) / bandwidth_Bps``."""
+
+    base_rtt_s: float
+    bandwidth_Bps: float
+    burst_bytes: float
+    samples: list[tuple[int, float]]
+
+
+def calibrate_link(device: SplitDevice, sizes: Sequence[int], repeats: int = 7, gap_s: float = 0.02) -> LinkFit:
+    """Probe round trips for each payload size (median of ``repeats``), least-squares fit of the excess over
+    the empty probe against message bytes. Raises OSError when the server cannot be reached."""
+
+    def median_rtt(n: int) -> float:
+        ts = []
+        for _ in range(repeats):
+            time.sleep(gap_s)  # let the link go idle, as it does between frames
+            r = device.probe(n)
+            if r is None:
+                raise OSError(f"link calibration: the server is unreachable ({device.errors[-1:]})")
+            ts.append(r[0])
+        return statistics.median(ts)
+
+    base = median_rtt(0)
+    pts = [(MESSAGE_FIXED_BYTES + n, median_rtt(n) - base) for n in sizes]
+    xs = np.array([p[0] for p in pts], float)
+    ys = np.array([p[1] for p in pts], float)
+    slope, icpt = np.polyfit(xs, ys, 1)
+    bw = 1.0 / max(float(slope), 1e-15)
+    return LinkFit(base, bw, max(-float(icpt) * bw, 0.0), [(int(x), float(y) + base) for x, y in pts])
