@@ -100,15 +100,11 @@ def _edge(args: argparse.Namespace) -> int:
     print(f"{s.name}: {results[0].frames:,} frames at {stream.fps:g}/s over {args.trace or 'its uplink trace'}")
     shown = sorted(results, key=lambda r: r.mean_latency_s)
     for r in shown[:12]:
-        notes = []
-        if best and not r.policy.startswith("static:"):
-            notes.append(f"{best.mean_latency_s / r.mean_latency_s:.2f}x the best static")
-        if oracle and r.policy != "oracle":
-            notes.append(f"{r.mean_latency_s / oracle - 1:+.1%} vs oracle")
+        notes = _versus(r.policy, r.mean_latency_s, best.mean_latency_s if best else None, oracle)
         print(
             f"  {r.policy:34s} mean {units.format_time(r.mean_latency_s):>9s}  p99 "
             f"{units.format_time(r.latency_s.p99):>9s}  "
-            f"energy {units.format_energy(r.mean_energy_J):>9s}  switches {r.switches:3d}  {'; '.join(notes)}"
+            f"energy {units.format_energy(r.mean_energy_J):>9s}  switches {r.switches:3d}  {notes}"
         )
     if len(shown) > 12:
         print(f"  ... {len(shown) - 12} more static choices in --json")
@@ -233,13 +229,19 @@ def _training(args: argparse.Namespace) -> int:
         )
     )
     for r in results:
-        notes = []
-        if best_static and not r.policy.startswith("static:"):
-            notes.append(f"{best_static / r.total_s:.2f}x the best static")
-        if oracle and r.policy != "oracle":
-            notes.append(f"{r.total_s / oracle - 1:+.1%} vs oracle")
         print(
             f"  {r.policy:14s} {units.format_time(r.total_s):>9s}  switches {r.switches:3d}  "
-            f"{', '.join(f'{m} {n}' for m, n in r.steps_by_method.items())}  {'; '.join(notes)}"
+            f"{', '.join(f'{m} {n}' for m, n in r.steps_by_method.items())}  "
+            + _versus(r.policy, r.total_s, best_static, oracle)
         )
     return 0
+
+
+def _versus(policy: str, value: float, best_static: float | None, oracle: float | None) -> str:
+    """How a non-static policy compares with the best static plan, and any policy with the oracle (lower wins)."""
+    notes = []
+    if best_static and not policy.startswith("static:"):
+        notes.append(f"{best_static / value:.2f}x the best static")
+    if oracle and policy != "oracle":
+        notes.append(f"{value / oracle - 1:+.1%} vs oracle")
+    return "; ".join(notes)
