@@ -49,6 +49,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
     p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster / serving: catalog model")
     p.add_argument("--device", default="h100-sxm", help="device (prefill-cluster: 8 per instance; serving: 1)")
+    p.add_argument(
+        "--prefill-instances", type=int, default=0, help="serving: disaggregate, this many prefill-only instances"
+    )
+    p.add_argument("--kv-link", default="ethernet-400g", help="serving: the prefill -> decode KV link (catalog link)")
     p.add_argument("--slo-ttft", default="2s", help="serving: TTFT objective for goodput (default 2s)")
     p.add_argument("--slo-tpot", default="100ms", help="serving: TPOT objective for goodput (default 100ms)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -120,8 +124,17 @@ def _serving(args: argparse.Namespace) -> int:
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
     m, d = catalog.model(args.model), catalog.device(args.device)
+    if not 0 <= args.prefill_instances < args.instances:
+        raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
+    link = catalog.link(args.kv_link)
     cfg = ServingConfig(
         instances=args.instances,
+        prefill_instances=args.prefill_instances,
+        kv_link_Bps=link.bandwidth_Bps * link.efficiency,
+        kv_link_latency_s=link.latency_s,
+        price_per_instance_hour=d.price_per_hour_usd,
+        busy_W=d.tdp_W,
+        idle_W=d.idle_W or 0.0,
         hbm_bytes=d.memory_capacity_bytes,
         hbm_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
         flops_per_s=d.peak_flops_for("bf16") * d.efficiency.compute,
@@ -138,8 +151,14 @@ def _serving(args: argparse.Namespace) -> int:
         print(dump(r.model_dump(mode="json")))
         return 0
     t = units.format_time
+    layout = (
+        f"{args.prefill_instances} prefill + {args.instances - args.prefill_instances} decode instances, KV over "
+        f"{args.kv_link}"
+        if args.prefill_instances
+        else f"{args.instances} instances"
+    )
     print(
-        f"{args.trace}: {r.requests:,} requests on {args.instances} x {args.device} serving {args.model}; "
+        f"{args.trace}: {r.requests:,} requests on {layout} ({args.device}) serving {args.model}; "
         f"KV room {r.kv_capacity_tokens:,} tokens per instance"
     )
     why = "".join(f" ({k}: {v:,})" for k, v in r.rejected.items())
@@ -152,6 +171,11 @@ def _serving(args: argparse.Namespace) -> int:
         f"  goodput {r.goodput_rps:.2f} req/s within TTFT {args.slo_ttft} and TPOT {args.slo_tpot}; "
         f"{r.output_tokens_per_s:,.0f} output tokens/s; utilization {min(r.utilization):.0%}-{max(r.utilization):.0%}"
     )
+    if r.kv_transfers:
+        print(f"  {r.kv_transfers:,} KV transfers, {units.format_bytes(r.kv_transfer_bytes)} over {args.kv_link}")
+    price = f"{units.format_money(r.cost_usd)} at the catalog price" if r.cost_usd is not None else "no catalog price"
+    energy = f"{units.format_energy(r.energy_J)} at TDP while busy" if r.energy_J is not None else ""
+    print(f"  run: {units.format_time(r.makespan_s)}; {price}; {energy}")
     return 0
 
 

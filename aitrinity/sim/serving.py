@@ -17,6 +17,17 @@ context) + KV written, and FLOPs = 2 · active parameters · tokens + attention
 scores (``cost.flops``). TTFT = first token − arrival; TPOT = (last − first) /
 (output − 1). Requests are routed to the instance with the fewest outstanding
 tokens.
+
+Prefill/decode disaggregation (``prefill_instances`` > 0; DistServe, Zhong et
+al. OSDI'24; Mooncake, Qin et al. FAST'25): the first ``prefill_instances``
+instances only run prompt chunks; a prompt's last chunk yields the first
+token, then its KV crosses ``kv_link`` (α-β: ``latency + bytes / bandwidth``,
+one transfer at a time per prefill instance; the prefill instance holds the KV
+until it has left) to the decode instance with the fewest outstanding tokens,
+which admits it when prompt + next token fit and only decodes. A request
+preempted on a decode instance goes back to the prefill pool. Cost: every
+instance is paid for the whole run (``price_per_instance_hour``); energy =
+busy time x ``busy_W`` + idle time x ``idle_W``.
 """
 
 from __future__ import annotations
@@ -52,6 +63,14 @@ class ServingConfig:
     overhead_s: float = 0.002
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
+    prefill_instances: int = 0
+    """> 0: that many of ``instances`` only prefill, the rest only decode (disaggregation)."""
+    kv_link_Bps: float = 50e9
+    """Prefill -> decode KV transfer bandwidth (disaggregation), e.g. a 400 Gbit/s NIC at 100 GB/s."""
+    kv_link_latency_s: float = 1e-5
+    price_per_instance_hour: float | None = None
+    busy_W: float | None = None
+    idle_W: float = 0.0
 
 
 @dataclass
@@ -82,12 +101,15 @@ class _Req:
 
 @dataclass
 class _Instance:
+    role: str = "both"
+    """'both' (colocated), 'prefill' or 'decode' (disaggregated)."""
     waiting: deque[_Req] = field(default_factory=deque)
     running: list[_Req] = field(default_factory=list)
     kv_used: int = 0
     busy: bool = False
     busy_s: float = 0.0
     peak_kv: int = 0
+    link_free: float = 0.0
 
     def outstanding(self) -> int:
         return sum(r.prompt - r.prefilled + r.output - r.generated for r in (*self.waiting, *self.running))
@@ -108,6 +130,12 @@ class ServingSimResult(Result):
     peak_kv_tokens: list[int]
     utilization: list[float]
     makespan_s: float
+    kv_transfers: int = 0
+    kv_transfer_bytes: float = 0.0
+    cost_usd: float | None = None
+    """Every instance for the whole run at ``price_per_instance_hour``."""
+    energy_J: float | None = None
+    """Busy time x busy power + idle time x idle power, all instances."""
 
 
 def simulate_serving(
@@ -115,6 +143,10 @@ def simulate_serving(
 ) -> ServingSimResult:
     if cfg.instances < 1 or cfg.token_budget < 1 or cfg.max_batch < 1:
         raise ValueError("instances, token_budget and max_batch must be positive")
+    if cfg.prefill_instances and not 0 < cfg.prefill_instances < cfg.instances:
+        raise ValueError("prefill_instances must leave at least one decode instance")
+    if cfg.kv_link_Bps <= 0:
+        raise ValueError("kv_link_Bps must be positive")
     pc = count(m)
     weights = pc.total * BYTES_PER_DTYPE[cfg.weights_dtype]
     kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
@@ -123,21 +155,49 @@ def simulate_serving(
         raise ValueError(f"the weights ({weights:.3g} B) leave no room for KV in {cfg.hbm_bytes:.3g} B")
     dense = token_flops(m).dense
     sim = Simulator(seed)
-    insts = [_Instance() for _ in range(cfg.instances)]
+    npre = cfg.prefill_instances
+    insts = [_Instance("prefill" if k < npre else "decode" if npre else "both") for k in range(cfg.instances)]
+    prefill_pool = [k for k, x in enumerate(insts) if x.role != "decode"]
+    decode_pool = [k for k, x in enumerate(insts) if x.role != "prefill"]
     rejected: dict[str, int] = {}
     done: list[_Req] = []
-    state = {"admissions": 0, "preemptions": 0}
+    state = {"admissions": 0, "preemptions": 0, "transfers": 0}
+    moved = [0.0]
+
+    def enqueue(pool: list[int], r: _Req, front: bool = False) -> None:
+        i = min(pool, key=lambda k: (insts[k].outstanding(), k))
+        if front:
+            insts[i].waiting.appendleft(r)
+        else:
+            insts[i].waiting.append(r)
+        if not insts[i].busy:
+            insts[i].busy = True
+            sim.at(sim.now, iterate, i)
 
     def arrive(r: _Req) -> None:
         if r.prompt + r.output > capacity:
             why = "needs more KV than an instance holds"
             rejected[why] = rejected.get(why, 0) + 1
             return
-        i = min(range(cfg.instances), key=lambda k: (insts[k].outstanding(), k))
-        insts[i].waiting.append(r)
-        if not insts[i].busy:
-            insts[i].busy = True
-            sim.at(sim.now, iterate, i)
+        enqueue(prefill_pool, r)
+
+    def transferred(src: int, r: _Req) -> None:
+        inst = insts[src]
+        inst.kv_used -= r.reserved  # the KV has left the prefill instance
+        enqueue(decode_pool, r)
+        if not inst.busy and (inst.waiting or inst.running):
+            inst.busy = True
+            sim.at(sim.now, iterate, src)
+
+    def hand_off(i: int, r: _Req, ready: float) -> None:
+        """A prefilled request's KV leaves prefill instance i over the KV link."""
+        inst = insts[i]
+        nbytes = kv_per_token * r.kv_tokens
+        start = max(ready, inst.link_free)
+        inst.link_free = start + cfg.kv_link_latency_s + nbytes / cfg.kv_link_Bps
+        state["transfers"] += 1
+        moved[0] += nbytes
+        sim.at(inst.link_free, transferred, i, r)
 
     def preempt(inst: _Instance) -> None:
         victim = max(inst.running, key=lambda r: r.admitted_at)
@@ -147,8 +207,11 @@ def simulate_serving(
         victim.prompt += victim.generated
         victim.output -= victim.generated
         victim.prefilled = victim.generated = 0
-        inst.waiting.appendleft(victim)
         state["preemptions"] += 1
+        if inst.role == "decode":  # back to the prefill pool to be recomputed there
+            enqueue(prefill_pool, victim, front=True)
+        else:
+            inst.waiting.appendleft(victim)
 
     def iterate(i: int) -> None:
         inst = insts[i]
@@ -166,17 +229,21 @@ def simulate_serving(
                 budget -= n
         while inst.waiting and budget > 0 and len(inst.running) < cfg.max_batch:
             r = inst.waiting[0]
-            if inst.kv_used + len(decode) + r.prompt + 1 > capacity:
+            if inst.kv_used + len(decode) + r.reserved > capacity:
                 break
             inst.waiting.popleft()
             r.admitted_at = state["admissions"]
             state["admissions"] += 1
             inst.running.append(r)
-            inst.kv_used += r.prompt + 1  # reserve the whole prompt and the token its last chunk yields
-            n = min(budget, r.prompt)
-            chunks.append((r, n))
-            budget -= n
+            inst.kv_used += r.reserved  # the whole prompt and the token its last chunk yields (or has yielded)
+            if r.prefilled < r.prompt:
+                n = min(budget, r.prompt)
+                chunks.append((r, n))
+                budget -= n
         if not decode and not chunks:
+            if any(r.prefilled == r.prompt for r in inst.running):  # just admitted, prefilled elsewhere
+                sim.at(sim.now, iterate, i)
+                return
             inst.busy = False
             return
         tokens = len(decode) + sum(n for _, n in chunks)
@@ -202,6 +269,10 @@ def simulate_serving(
             inst.running.remove(r)
             inst.kv_used -= r.reserved
             done.append(r)
+        if inst.role == "prefill":
+            for r in [r for r in inst.running if r.prefilled == r.prompt]:
+                inst.running.remove(r)  # its KV stays reserved here until the transfer ends
+                hand_off(i, r, end)
         sim.at(end, iterate, i)
 
     reqs = [
@@ -213,6 +284,9 @@ def simulate_serving(
     sim.run()
     first = min((r.arrival for r in reqs), default=0.0)
     span = max(sim.now - first, 1e-12)
+    busy = sum(x.busy_s for x in insts)
+    cost = cfg.price_per_instance_hour * cfg.instances * span / 3600 if cfg.price_per_instance_hour else None
+    energy = busy * cfg.busy_W + (cfg.instances * span - busy) * cfg.idle_W if cfg.busy_W else None
     ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
     tpot = [
         (r.last_token - r.first_token) / (r.asked - 1)
@@ -240,4 +314,8 @@ def simulate_serving(
         peak_kv_tokens=[x.peak_kv for x in insts],
         utilization=[x.busy_s / span for x in insts],
         makespan_s=span,
+        kv_transfers=state["transfers"],
+        kv_transfer_bytes=moved[0],
+        cost_usd=cost,
+        energy_J=energy,
     )

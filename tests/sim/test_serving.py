@@ -34,16 +34,24 @@ reqs_st = st.lists(st.tuples(st.floats(0, 5), st.integers(1, 400), st.integers(1
 
 
 @settings(max_examples=50, deadline=None)
-@given(reqs=reqs_st, kv=st.integers(64, 1500), instances=st.integers(1, 3), budget=st.integers(16, 512))
+@given(
+    reqs=reqs_st,
+    kv=st.integers(64, 1500),
+    instances=st.integers(1, 3),
+    budget=st.integers(16, 512),
+    disaggregated=st.booleans(),
+)
 # found by CI: a prompt's last chunk yields a token whose KV slot admission had not reserved
 @example(
     reqs=[TraceRequest(0, 1, 2, ()), TraceRequest(0, 16, 1, ()), TraceRequest(0, 45, 1, ())],
     kv=64,
     instances=1,
     budget=16,
+    disaggregated=False,
 )
-def test_conservation(reqs, kv, instances, budget):
-    cfg = config(kv, instances, token_budget=budget, max_batch=8)
+def test_conservation(reqs, kv, instances, budget, disaggregated):
+    pd = {"prefill_instances": 1, "kv_link_Bps": 1e8} if disaggregated and instances > 1 else {}
+    cfg = config(kv, instances, token_budget=budget, max_batch=8, **pd)
     r = simulate_serving(reqs, M, cfg)
     assert r.finished + sum(r.rejected.values()) == r.requests  # nothing lost
     assert all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)  # KV never above the limit
@@ -73,3 +81,26 @@ def test_tpot_is_the_decode_iteration_time():
 def test_a_request_that_can_never_fit_is_rejected_with_the_reason():
     r = simulate_serving([TraceRequest(0, 5000, 10, ())], M, config(1000))
     assert r.rejected == {"needs more KV than an instance holds": 1} and r.finished == 0
+
+
+def test_disaggregation_moves_every_prompts_kv_over_the_link():
+    reqs = [TraceRequest(i * 100.0, 300, 40, ()) for i in range(30)]  # one every 100 ms: no link queue
+    kv_tok = kv_bytes_per_token(M, "bf16")
+    fast = simulate_serving(reqs, M, config(5000, 3, prefill_instances=1, kv_link_Bps=1e12))
+    slow = simulate_serving(reqs, M, config(5000, 3, prefill_instances=1, kv_link_Bps=kv_tok * 301 / 0.05))
+    for r in (fast, slow):
+        assert r.finished == 30 and r.kv_transfers == 30
+        assert r.kv_transfer_bytes == pytest.approx(30 * 301 * kv_tok)
+    # a 50 ms transfer sits between the first and the second token: TPOT grows by about 50 ms / 39
+    assert slow.tpot_s.p50 - fast.tpot_s.p50 == pytest.approx(0.05 / 39, rel=0.2)
+    assert slow.ttft_s.p50 == pytest.approx(fast.ttft_s.p50)  # the first token comes from the prefill instance
+    with pytest.raises(ValueError, match="decode instance"):
+        simulate_serving(reqs, M, config(5000, 1, prefill_instances=1))
+
+
+def test_cost_and_energy_per_run():
+    reqs = [TraceRequest(0, 50, 20, ()) for _ in range(4)]
+    r = simulate_serving(reqs, M, config(2000, 2, price_per_instance_hour=3.6, busy_W=700, idle_W=100))
+    assert r.cost_usd == pytest.approx(2 * r.makespan_s * 3.6 / 3600)
+    busy = sum(u * r.makespan_s for u in r.utilization)
+    assert r.energy_J == pytest.approx(busy * 700 + (2 * r.makespan_s - busy) * 100)
