@@ -9,12 +9,13 @@ from typing import Any
 from aitrinity.cli.jsonout import dump
 from aitrinity.errors import SpecError
 
-SCENARIOS = ("prefill-cluster", "serving", "training-link", "edge-stream")
+SCENARIOS = ("prefill-cluster", "serving", "training-link", "edge-stream", "sweep")
 HELP = """scenarios:
   prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
   serving           a request trace over N instances: continuous batching, chunked prefill, KV limit, preemption
   training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
   edge-stream       a camera stream whose uplink swings (an edge scenario); static splits vs adaptive vs oracle
+  sweep             training-link and edge-stream x seeds x every policy on a pool of worker processes
 
 examples:
   trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
@@ -23,6 +24,7 @@ examples:
   trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
   trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)
   trinity simulate edge-stream --edge my-edge.yaml --trace uplink.csv --duration 600
+  trinity simulate sweep --seeds 0-4 --workers 2      every policy of both, 5 seeds, mean per policy
 
 A link trace has 'time_s, Mbit/s' per line; the bandwidth holds until the next line.
 """
@@ -44,6 +46,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--edge", default="camera-analytics-edge", help="edge-stream: edge scenario (name or file)")
     p.add_argument("--duration", type=float, default=200.0, help="edge-stream: seconds of frames (default 200)")
+    p.add_argument("--sweep", default="training-link,edge-stream", help="sweep: scenarios (comma list)")
+    p.add_argument("--seeds", default="0-2", help="sweep: seeds, as 0-4 or 0,3,7 (default 0-2)")
+    p.add_argument("--workers", type=int, help="sweep: worker processes (default: the CPUs available)")
     p.add_argument("--instances", type=int, default=16, help="prefill-cluster / serving: instances (default 16)")
     p.add_argument("--capacity", default="3.2M", help="prefill-cluster: total cache tokens (default 3.2M)")
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
@@ -66,7 +71,69 @@ def run(args: argparse.Namespace) -> int:
         return _serving(args)
     if args.scenario == "edge-stream":
         return _edge(args)
+    if args.scenario == "sweep":
+        return _sweep(args)
     return _training(args)
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            out = list(range(lo, hi + 1))
+        else:
+            out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError("--seeds", text, "a range such as 0-4 or a list such as 0,3,7") from None
+    if not out or len(out) > 1000:
+        raise SpecError("--seeds", text, "between 1 and 1000 seeds")
+    return out
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from aitrinity.sim import sweep
+
+    scenarios = [s.strip() for s in args.sweep.split(",") if s.strip()]
+    for s in scenarios:
+        if s not in sweep.SCENARIOS:
+            raise SpecError("--sweep", s, f"a comma list of {', '.join(sweep.SCENARIOS)}")
+    if args.workers is not None and args.workers < 1:
+        raise SpecError("--workers", args.workers, "at least 1")
+    jobs = []
+    for s in scenarios:
+        extra = {"edge": args.edge, "duration": args.duration} if s == "edge-stream" else {"steps": args.steps}
+        pols = sweep.policies(s, args.edge) if args.policy == "all" else args.policy.split(",")
+        jobs += [
+            {"scenario": s, "policy": p.strip(), "seed": seed, **extra} for p in pols for seed in _seeds(args.seeds)
+        ]
+
+    def bar(done: int, total: int) -> None:
+        if not args.quiet:
+            filled = 30 * done // total
+            end = "\n" if done == total else ""
+            print(
+                f"\rtrinity: sweep [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} jobs", end=end, file=sys.stderr
+            )
+
+    results = sweep.run_sweep(jobs, args.workers, bar)
+    if args.json:
+        print(dump(results))
+        return 0
+    for s in scenarios:
+        rows: dict[str, list[float]] = {}
+        for r in results:
+            if r["scenario"] == s:
+                rows.setdefault(r["policy"], []).append(r["objective"])
+        mean = {p: sum(v) / len(v) for p, v in rows.items()}
+        statics = sorted((p for p in mean if p.startswith("static:")), key=lambda p: mean[p])
+        unit = next(r["unit"] for r in results if r["scenario"] == s)
+        print(f"{s}: {unit}, mean over seeds {args.seeds} ({len(statics)} static plans; the best 3 shown)")
+        for p in [*(x for x in mean if not x.startswith("static:")), *statics[:3]]:
+            lo, hi = min(rows[p]), max(rows[p])
+            best = mean[statics[0]] if statics else None
+            oracle = mean.get("oracle")
+            print(f"  {p:36s} {mean[p]:10.4g}  [{lo:.4g}, {hi:.4g}]  " + _versus(p, mean[p], best, oracle))
+    return 0
 
 
 def _edge(args: argparse.Namespace) -> int:
