@@ -50,13 +50,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seeds", default="0-2", help="sweep: seeds, as 0-4 or 0,3,7 (default 0-2)")
     p.add_argument("--workers", type=int, help="sweep: worker processes (default: the CPUs available)")
     p.add_argument("--instances", type=int, default=16, help="prefill-cluster / serving: instances (default 16)")
-    p.add_argument("--capacity", default="3.2M", help="prefill-cluster: total cache tokens (default 3.2M)")
+    p.add_argument(
+        "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
+    )
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
     p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster / serving: catalog model")
     p.add_argument("--device", default="h100-sxm", help="device (prefill-cluster: 8 per instance; serving: 1)")
     p.add_argument(
         "--prefill-instances", type=int, default=0, help="serving: disaggregate, this many prefill-only instances"
     )
+    p.add_argument("--prefix-cache", default="none", choices=["none", "local", "global"], help="serving: prefix cache")
+    p.add_argument("--cache-load", default="25GB/s", help="serving: prefix-cache load bandwidth (default 25GB/s)")
     p.add_argument("--kv-link", default="ethernet-400g", help="serving: the prefill -> decode KV link (catalog link)")
     p.add_argument("--slo-ttft", default="2s", help="serving: TTFT objective for goodput (default 2s)")
     p.add_argument("--slo-tpot", default="100ms", help="serving: TPOT objective for goodput (default 100ms)")
@@ -202,6 +206,9 @@ def _serving(args: argparse.Namespace) -> int:
         price_per_instance_hour=d.price_per_hour_usd,
         busy_W=d.tdp_W,
         idle_W=d.idle_W or 0.0,
+        prefix_cache=args.prefix_cache,
+        cache_capacity_tokens=int(units.parse_count(args.capacity)) if args.prefix_cache != "none" else 0,
+        cache_load_Bps=units.parse_bandwidth(args.cache_load),
         hbm_bytes=d.memory_capacity_bytes,
         hbm_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
         flops_per_s=d.peak_flops_for("bf16") * d.efficiency.compute,
@@ -238,6 +245,11 @@ def _serving(args: argparse.Namespace) -> int:
         f"  goodput {r.goodput_rps:.2f} req/s within TTFT {args.slo_ttft} and TPOT {args.slo_tpot}; "
         f"{r.output_tokens_per_s:,.0f} output tokens/s; utilization {min(r.utilization):.0%}-{max(r.utilization):.0%}"
     )
+    if args.prefix_cache != "none":
+        print(
+            f"  prefix cache ({args.prefix_cache}, {args.capacity} tokens): token hit rate "
+            f"{r.prefix_token_hit_rate:.1%}, {units.format_bytes(r.prefix_bytes_loaded)} loaded"
+        )
     if r.kv_transfers:
         print(f"  {r.kv_transfers:,} KV transfers, {units.format_bytes(r.kv_transfer_bytes)} over {args.kv_link}")
     price = f"{units.format_money(r.cost_usd)} at the catalog price" if r.cost_usd is not None else "no catalog price"

@@ -28,6 +28,17 @@ which admits it when prompt + next token fit and only decodes. A request
 preempted on a decode instance goes back to the prefill pool. Cost: every
 instance is paid for the whole run (``price_per_instance_hour``); energy =
 busy time x ``busy_W`` + idle time x ``idle_W``.
+
+Prefix cache (``prefix_cache`` ``local`` or ``global``; Mooncake's KV pool):
+a :class:`~aitrinity.cost.block_index.BlockIndex` of ``cache_capacity_tokens``
+outside device memory -- one per instance (each a share of the capacity, e.g.
+host DRAM) or one pool for all. When an instance admits a request, the
+prompt's leading blocks found in its cache are loaded (``bytes /
+cache_load_Bps``, added to that iteration) instead of computed; at least the
+prompt's last token is always computed (it yields the first token). A prompt's
+blocks enter the cache when its prefill ends. With local caches the router is
+cache-aware: the instance with the least outstanding work after subtracting
+the tokens its cache holds for this request.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from aitrinity.cost.block_index import BlockIndex
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
@@ -71,6 +83,12 @@ class ServingConfig:
     price_per_instance_hour: float | None = None
     busy_W: float | None = None
     idle_W: float = 0.0
+    prefix_cache: str = "none"
+    """'none', 'local' (one cache per instance) or 'global' (one pool)."""
+    cache_capacity_tokens: int = 0
+    cache_block_tokens: int = 512
+    cache_load_Bps: float = 25e9
+    cache_policy: str = "lru"
 
 
 @dataclass
@@ -87,6 +105,10 @@ class _Req:
     first_token: float | None = None
     last_token: float | None = None
     admitted_at: int = -1
+    blocks: tuple[int, ...] = ()
+    """The prompt's prefix-chained block ids (for the prefix cache)."""
+    counted: bool = False
+    """Its prompt is in the hit-rate statistics (a preempted request is looked up again, not counted again)."""
 
     @property
     def kv_tokens(self) -> int:
@@ -132,6 +154,10 @@ class ServingSimResult(Result):
     makespan_s: float
     kv_transfers: int = 0
     kv_transfer_bytes: float = 0.0
+    prefix_hit_tokens: int = 0
+    prefix_token_hit_rate: float = 0.0
+    """Prompt tokens loaded from the prefix cache / prompt tokens admitted."""
+    prefix_bytes_loaded: float = 0.0
     cost_usd: float | None = None
     """Every instance for the whole run at ``price_per_instance_hour``."""
     energy_J: float | None = None
@@ -147,6 +173,10 @@ def simulate_serving(
         raise ValueError("prefill_instances must leave at least one decode instance")
     if cfg.kv_link_Bps <= 0:
         raise ValueError("kv_link_Bps must be positive")
+    if cfg.prefix_cache not in ("none", "local", "global"):
+        raise ValueError("prefix_cache must be none, local or global")
+    if cfg.prefix_cache != "none" and (cfg.cache_block_tokens < 1 or cfg.cache_load_Bps <= 0):
+        raise ValueError("cache_block_tokens and cache_load_Bps must be positive")
     pc = count(m)
     weights = pc.total * BYTES_PER_DTYPE[cfg.weights_dtype]
     kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
@@ -163,9 +193,28 @@ def simulate_serving(
     done: list[_Req] = []
     state = {"admissions": 0, "preemptions": 0, "transfers": 0}
     moved = [0.0]
+    CB = cfg.cache_block_tokens
+    block_bytes = int(kv_per_token * CB)
+    n_caches = 0 if cfg.prefix_cache == "none" else cfg.instances if cfg.prefix_cache == "local" else 1
+    caches = [
+        BlockIndex(cfg.cache_capacity_tokens // CB // n_caches * block_bytes, cfg.cache_policy) for _ in range(n_caches)
+    ]
+    reuse = {"hit": 0, "prompt": 0, "loaded": 0.0}
+
+    def cache_of(i: int) -> BlockIndex | None:
+        return caches[i] if cfg.prefix_cache == "local" else caches[0] if caches else None
+
+    def cached_tokens(i: int, r: _Req) -> int:
+        c = cache_of(i)
+        if c is None:
+            return 0
+        return min(c.prefix(r.blocks[: r.prompt // CB]) * CB, r.prompt - 1)
 
     def enqueue(pool: list[int], r: _Req, front: bool = False) -> None:
-        i = min(pool, key=lambda k: (insts[k].outstanding(), k))
+        if cfg.prefix_cache == "local" and not front:  # cache-aware: outstanding work less what is cached there
+            i = min(pool, key=lambda k: (insts[k].outstanding() - cached_tokens(k, r), k))
+        else:
+            i = min(pool, key=lambda k: (insts[k].outstanding(), k))
         if front:
             insts[i].waiting.appendleft(r)
         else:
@@ -222,6 +271,7 @@ def simulate_serving(
             decode = [r for r in inst.running if r.prefilled == r.prompt]
         budget = cfg.token_budget - len(decode)
         chunks: list[tuple[_Req, int]] = []
+        load_bytes = 0.0
         for r in inst.running:
             if r.prefilled < r.prompt and budget > 0:
                 n = min(budget, r.prompt - r.prefilled)
@@ -236,8 +286,16 @@ def simulate_serving(
             state["admissions"] += 1
             inst.running.append(r)
             inst.kv_used += r.reserved  # the whole prompt and the token its last chunk yields (or has yielded)
+            if r.prefilled == 0 and inst.role != "decode":
+                hit = cached_tokens(i, r)
+                r.prefilled = hit
+                load_bytes += hit * kv_per_token
+                if not r.counted:
+                    r.counted = True
+                    reuse["hit"] += hit
+                    reuse["prompt"] += r.prompt
             if r.prefilled < r.prompt:
-                n = min(budget, r.prompt)
+                n = min(budget, r.prompt - r.prefilled)
                 chunks.append((r, n))
                 budget -= n
         if not decode and not chunks:
@@ -250,7 +308,8 @@ def simulate_serving(
         flops = dense * tokens + sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
         flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
         nbytes = weights + kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
-        dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+        dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s + load_bytes / cfg.cache_load_Bps
+        reuse["loaded"] += load_bytes
         end = sim.now + dt
         inst.busy_s += dt
         for r in decode:
@@ -262,6 +321,11 @@ def simulate_serving(
             if r.prefilled == r.prompt:  # the prompt's last chunk yields a token (its slot was reserved)
                 r.generated += 1
                 r.last_token = end
+                c = cache_of(i)
+                if c is not None:  # the prompt's KV exists now: its blocks enter the cache
+                    for j, b in enumerate(r.blocks[: r.prompt // CB]):
+                        if not c.touch(b) and c.fits(block_bytes):
+                            c.insert(b, block_bytes, causal_score_flops(m, j * CB, CB) + dense * CB)
                 if r.first_token is None:
                     r.first_token = end
         inst.peak_kv = max(inst.peak_kv, inst.kv_used)
@@ -276,7 +340,14 @@ def simulate_serving(
         sim.at(end, iterate, i)
 
     reqs = [
-        _Req(k, t.timestamp_ms / 1e3, max(t.input_length, 1), max(t.output_length, 1), max(t.output_length, 1))
+        _Req(
+            k,
+            t.timestamp_ms / 1e3,
+            max(t.input_length, 1),
+            max(t.output_length, 1),
+            max(t.output_length, 1),
+            blocks=t.hash_ids,
+        )
         for k, t in enumerate(requests)
     ]
     for r in reqs:
@@ -314,6 +385,9 @@ def simulate_serving(
         peak_kv_tokens=[x.peak_kv for x in insts],
         utilization=[x.busy_s / span for x in insts],
         makespan_s=span,
+        prefix_hit_tokens=int(reuse["hit"]),
+        prefix_token_hit_rate=reuse["hit"] / reuse["prompt"] if reuse["prompt"] else 0.0,
+        prefix_bytes_loaded=reuse["loaded"],
         kv_transfers=state["transfers"],
         kv_transfer_bytes=moved[0],
         cost_usd=cost,

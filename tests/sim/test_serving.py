@@ -104,3 +104,45 @@ def test_cost_and_energy_per_run():
     assert r.cost_usd == pytest.approx(2 * r.makespan_s * 3.6 / 3600)
     busy = sum(u * r.makespan_s for u in r.utilization)
     assert r.energy_J == pytest.approx(busy * 700 + (2 * r.makespan_s - busy) * 100)
+
+
+def test_a_prefix_cache_loads_what_it_holds_and_a_global_pool_holds_more():
+    from aitrinity.sim.workload import Workload, generate
+
+    w = Workload(duration_s=120, rate_rps=3.0, followup=0.8, prompt_tokens_median=600, output_tokens_median=30)
+    reqs = generate(w, seed=5)
+    kv_tok = kv_bytes_per_token(M, "bf16")
+    base = config(60_000, 4, cache_block_tokens=512)
+    none = simulate_serving(reqs, M, base)
+    runs = {
+        c: simulate_serving(
+            reqs, M, config(60_000, 4, prefix_cache=c, cache_capacity_tokens=40_000, cache_load_Bps=1e11)
+        )
+        for c in ("local", "global")
+    }
+    assert none.prefix_hit_tokens == 0
+    for r in runs.values():
+        assert r.finished == len(reqs) and all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)
+        assert r.prefix_hit_tokens > 0 and r.prefix_bytes_loaded == pytest.approx(r.prefix_hit_tokens * kv_tok)
+    assert runs["global"].prefix_token_hit_rate >= runs["local"].prefix_token_hit_rate
+    # the global pool sees what a trace replay of the same capacity sees (cost.prefix_reuse, the KV issue's replay)
+    from aitrinity.cost.prefix_reuse import replay
+
+    assert runs["global"].prefix_token_hit_rate == pytest.approx(replay(reqs, 40_000, 512).token_hit_rate, rel=0.05)
+    assert runs["global"].ttft_s.mean < none.ttft_s.mean
+    with pytest.raises(ValueError, match="prefix_cache"):
+        simulate_serving(reqs, M, config(60_000, 2, prefix_cache="remote"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 1000), cache=st.sampled_from(["local", "global"]), kv=st.integers(600, 4000))
+def test_conservation_with_a_prefix_cache(seed, cache, kv):
+    from aitrinity.sim.workload import Workload, generate
+
+    w = Workload(duration_s=20, rate_rps=2.0, followup=0.7, prompt_tokens_median=300, output_tokens_median=20)
+    reqs = generate(w, seed=seed)
+    cfg = config(kv, 2, prefix_cache=cache, cache_capacity_tokens=3000, token_budget=256, max_batch=8)
+    r = simulate_serving(reqs, M, cfg)
+    assert r.finished + sum(r.rejected.values()) == r.requests
+    assert all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)
+    assert 0 <= r.prefix_token_hit_rate <= 1
