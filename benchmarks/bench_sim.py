@@ -7,12 +7,13 @@ the same total capacity: token hit rate, prefill FLOPs and TTFT (Llama-3.1-70B,
 one 8xH100 node per prefill instance at 75% of dense bf16 peak, cached KV
 loaded at 50 GB/s).
 
-Part ``adaptive``: in each representative system with a changing link -- data-
-parallel training whose link degrades (``sim.training``), the camera stream of
-``camera-analytics-edge`` over its swinging uplink (``sim.edge``) -- the
-adaptive Controller against every static plan and the hindsight oracle, seeds
-0-2: the objective (time to finish / mean frame latency), adaptive vs the best
-static, adaptive vs the oracle.
+Part ``adaptive``: in each representative system -- data-parallel training
+whose link degrades (``sim.training``), the camera stream of
+``camera-analytics-edge`` over its swinging uplink (``sim.edge``), serving a
+generated diurnal load on up to 6 L4 instances of Llama-3.1-8B
+(``sim.autoscale``) -- the adaptive Controller against every static plan and
+the hindsight oracle, seeds 0-2: the objective (time to finish / mean frame
+latency / dollars), adaptive vs the best static, adaptive vs the oracle.
 
     python benchmarks/bench_sim.py [--part prefill|adaptive|all] [--json]
 """
@@ -35,10 +36,29 @@ def adaptive(as_json: bool) -> list[dict[str, object]]:
     from aitrinity import api
     from aitrinity.catalog.loader import DATA
     from aitrinity.edge import resolve
+    from aitrinity.sim.autoscale import Autoscale, compare_autoscale, table
     from aitrinity.sim.edge import compare_edge
+    from aitrinity.sim.serving import ServingConfig
     from aitrinity.sim.training import DEGRADING, TrainingJob, compare
+    from aitrinity.sim.workload import Workload, diurnal, generate
     from aitrinity.traces import LinkTrace
 
+    m, l4 = catalog.model("llama-3.1-8b"), catalog.device("l4")
+    serving = ServingConfig(
+        instances=1,
+        hbm_bytes=l4.memory_capacity_bytes,
+        hbm_Bps=l4.memory_bandwidth_Bps * l4.efficiency.memory,
+        flops_per_s=l4.peak_flops_for("bf16") * l4.efficiency.compute,
+    )
+    day = Workload(
+        duration_s=1200,
+        rate_rps=3.0,
+        rate_shape=diurnal(1200, low=0.05),
+        prompt_tokens_median=1000,
+        output_tokens_median=200,
+        followup=0.0,
+        max_context=6000,
+    )
     scenario, base = api.load("camera-analytics-edge")
     options = resolve(scenario, base).options()  # type: ignore[arg-type]
     uplink = LinkTrace.load(DATA / "traces" / "uplink-swing.csv")
@@ -50,6 +70,10 @@ def adaptive(as_json: bool) -> list[dict[str, object]]:
             ],
             "camera stream on a swinging uplink (mean frame latency)": [
                 (r.policy, r.mean_latency_s) for r in compare_edge(options, uplink, seed=seed)
+            ],
+            "serving a diurnal load, up to 6 L4s ($ incl. missed SLOs)": [
+                (r.policy, r.objective_usd)
+                for r in compare_autoscale(table(generate(day, seed=seed), m, serving, Autoscale()), Autoscale())
             ],
         }
         for system, res in systems.items():
@@ -73,7 +97,7 @@ def adaptive(as_json: bool) -> list[dict[str, object]]:
         for r in rows:
             a, b, o = float(r["adaptive"]), float(r["best_static_value"]), float(r["oracle"])  # type: ignore[arg-type]
             print(
-                f"{r['system']:58s} {r['seed']:>4} {a:9.3f}s {b:11.3f}s {o:8.3f}s  {b / a:8.2f}x  {a / o - 1:+8.1%}"
+                f"{r['system']:58s} {r['seed']:>4} {a:10.3f} {b:12.3f} {o:9.3f}  {b / a:8.2f}x  {a / o - 1:+8.1%}"
                 f"   (best static: {str(r['best_static']).removeprefix('static:')}, of {r['static_plans']})"
             )
     return rows
