@@ -38,18 +38,13 @@ def adaptive(as_json: bool) -> list[dict[str, object]]:
     from aitrinity.edge import resolve
     from aitrinity.sim.autoscale import Autoscale, compare_autoscale, table
     from aitrinity.sim.edge import compare_edge
-    from aitrinity.sim.serving import ServingConfig
+    from aitrinity.sim.serving import for_device
     from aitrinity.sim.training import DEGRADING, TrainingJob, compare
     from aitrinity.sim.workload import Workload, diurnal, generate
     from aitrinity.traces import LinkTrace
 
     m, l4 = catalog.model("llama-3.1-8b"), catalog.device("l4")
-    serving = ServingConfig(
-        instances=1,
-        hbm_bytes=l4.memory_capacity_bytes,
-        hbm_Bps=l4.memory_bandwidth_Bps * l4.efficiency.memory,
-        flops_per_s=l4.peak_flops_for("bf16") * l4.efficiency.compute,
-    )
+    serving = for_device(l4)
     day = Workload(
         duration_s=1200,
         rate_rps=3.0,

@@ -188,7 +188,7 @@ def _edge(args: argparse.Namespace) -> int:
 
 def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog, traces, units
-    from aitrinity.sim.serving import ServingConfig, simulate_serving
+    from aitrinity.sim.serving import for_device, simulate_serving
 
     if not args.trace:
         raise SpecError("--trace", None, "a request trace (JSONL) for serving")
@@ -198,20 +198,15 @@ def _serving(args: argparse.Namespace) -> int:
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
     link = catalog.link(args.kv_link)
-    cfg = ServingConfig(
-        instances=args.instances,
+    cfg = for_device(
+        d,
+        args.instances,
         prefill_instances=args.prefill_instances,
         kv_link_Bps=link.bandwidth_Bps * link.efficiency,
         kv_link_latency_s=link.latency_s,
-        price_per_instance_hour=d.price_per_hour_usd,
-        busy_W=d.tdp_W,
-        idle_W=d.idle_W or 0.0,
         prefix_cache=args.prefix_cache,
         cache_capacity_tokens=int(units.parse_count(args.capacity)) if args.prefix_cache != "none" else 0,
         cache_load_Bps=units.parse_bandwidth(args.cache_load),
-        hbm_bytes=d.memory_capacity_bytes,
-        hbm_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
-        flops_per_s=d.peak_flops_for("bf16") * d.efficiency.compute,
         slo_ttft_s=units.parse_time(args.slo_ttft),
         slo_tpot_s=units.parse_time(args.slo_tpot),
     )

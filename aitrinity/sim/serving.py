@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aitrinity.cost.block_index import BlockIndex
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
@@ -54,7 +55,7 @@ from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.cost.params import count
 from aitrinity.sim.core import Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
-from aitrinity.spec.hardware import BYTES_PER_DTYPE
+from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.traces import TraceRequest
 
@@ -89,6 +90,21 @@ class ServingConfig:
     cache_block_tokens: int = 512
     cache_load_Bps: float = 25e9
     cache_policy: str = "lru"
+
+
+def for_device(d: DeviceSpec, instances: int = 1, **kw: Any) -> ServingConfig:
+    """A ServingConfig for instances of one catalog device: its memory, achievable bandwidth and bf16 FLOP/s,
+    price and power (``kw`` overrides any field)."""
+    base: dict[str, Any] = {
+        "instances": instances,
+        "hbm_bytes": d.memory_capacity_bytes,
+        "hbm_Bps": d.memory_bandwidth_Bps * d.efficiency.memory,
+        "flops_per_s": d.peak_flops_for("bf16") * d.efficiency.compute,
+        "price_per_instance_hour": d.price_per_hour_usd,
+        "busy_W": d.tdp_W,
+        "idle_W": d.idle_W or 0.0,
+    }
+    return ServingConfig(**{**base, **kw})
 
 
 @dataclass

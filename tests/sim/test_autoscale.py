@@ -5,17 +5,12 @@ import pytest
 from aitrinity import catalog
 from aitrinity.errors import SpecError
 from aitrinity.sim.autoscale import Autoscale, compare_autoscale, periods, simulate_autoscale, table
-from aitrinity.sim.serving import ServingConfig
+from aitrinity.sim.serving import for_device
 from aitrinity.sim.workload import Workload, diurnal, generate
 
 M = catalog.model("llama-3.1-8b")
 L4 = catalog.device("l4")
-BASE = ServingConfig(
-    instances=1,
-    hbm_bytes=L4.memory_capacity_bytes,
-    hbm_Bps=L4.memory_bandwidth_Bps * L4.efficiency.memory,
-    flops_per_s=L4.peak_flops_for("bf16") * L4.efficiency.compute,
-)
+BASE = for_device(L4)
 
 
 @pytest.fixture(scope="module")
