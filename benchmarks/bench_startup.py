@@ -38,7 +38,7 @@ def main() -> int:
     cases = {
         "python -c pass (reference)": [sys.executable, "-c", "pass"],
         "import pydantic, yaml (reference)": [sys.executable, "-c", "import pydantic, yaml"],
-        "trinity diagnose (3 built-in examples)": [trinity, "diagnose"]
+        "trinity diagnose (the built-in examples)": [trinity, "diagnose"]
         if trinity
         else [sys.executable, "-m", "aitrinity.cli.main", "diagnose"],
         "trinity diagnose --json": ([trinity] if trinity else [sys.executable, "-m", "aitrinity.cli.main"])
