@@ -40,20 +40,12 @@ def adaptive(as_json: bool) -> list[dict[str, object]]:
     from aitrinity.sim.edge import compare_edge
     from aitrinity.sim.serving import for_device
     from aitrinity.sim.training import DEGRADING, TrainingJob, compare
-    from aitrinity.sim.workload import Workload, diurnal, generate
+    from aitrinity.sim.workload import diurnal_chat, generate
     from aitrinity.traces import LinkTrace
 
     m, l4 = catalog.model("llama-3.1-8b"), catalog.device("l4")
     serving = for_device(l4)
-    day = Workload(
-        duration_s=1200,
-        rate_rps=3.0,
-        rate_shape=diurnal(1200, low=0.05),
-        prompt_tokens_median=1000,
-        output_tokens_median=200,
-        followup=0.0,
-        max_context=6000,
-    )
+    day = diurnal_chat(1200)
     scenario, base = api.load("camera-analytics-edge")
     options = resolve(scenario, base).options()  # type: ignore[arg-type]
     uplink = LinkTrace.load(DATA / "traces" / "uplink-swing.csv")

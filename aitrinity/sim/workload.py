@@ -48,6 +48,20 @@ def diurnal(period_s: float, low: float = 0.2) -> Callable[[float], float]:
     return lambda t: low + (1 - low) * 0.5 * (1 - math.cos(2 * math.pi * t / period_s))
 
 
+def diurnal_chat(duration_s: float = 1200.0, rate_rps: float = 3.0) -> Workload:
+    """The diurnal serving example (``sim.autoscale``'s benchmark): one day in ``duration_s``, 5% to 100% of
+    ``rate_rps``, single-turn 1,000-token prompts and 200-token answers (medians), contexts up to 6,000 tokens."""
+    return Workload(
+        duration_s=duration_s,
+        rate_rps=rate_rps,
+        rate_shape=diurnal(duration_s, low=0.05),
+        prompt_tokens_median=1000,
+        output_tokens_median=200,
+        followup=0.0,
+        max_context=6000,
+    )
+
+
 def generate(w: Workload, seed: int = 0) -> list[TraceRequest]:
     """Requests sorted by time, deterministic for a seed."""
     if w.duration_s <= 0 or w.rate_rps <= 0 or w.burstiness <= 0 or not 0 <= w.followup <= 1:

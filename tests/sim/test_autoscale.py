@@ -6,7 +6,7 @@ from aitrinity import catalog
 from aitrinity.errors import SpecError
 from aitrinity.sim.autoscale import Autoscale, compare_autoscale, periods, simulate_autoscale, table
 from aitrinity.sim.serving import for_device
-from aitrinity.sim.workload import Workload, diurnal, generate
+from aitrinity.sim.workload import diurnal_chat, generate
 
 M = catalog.model("llama-3.1-8b")
 L4 = catalog.device("l4")
@@ -15,17 +15,8 @@ BASE = for_device(L4)
 
 @pytest.fixture(scope="module")
 def day():
-    w = Workload(
-        duration_s=600,
-        rate_rps=3.0,
-        rate_shape=diurnal(600, low=0.05),
-        prompt_tokens_median=1000,
-        output_tokens_median=200,
-        followup=0.0,
-        max_context=6000,
-    )
     a = Autoscale(max_instances=5)
-    return table(generate(w, seed=0), M, BASE, a), a
+    return table(generate(diurnal_chat(600), seed=0), M, BASE, a), a
 
 
 def test_adaptive_beats_every_static_count_and_the_oracle_bounds_it(day):
