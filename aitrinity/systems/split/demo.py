@@ -134,28 +134,13 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
             if "all" in cfg.policies:
                 policies += [_policy(o) for o in predicted if o.allowed]
             shared = None if cfg.kill_server_at is not None else (proc, port)
+            run_ctx = _Run(cfg, table, nodes, weights, choices, device_s, server_s, link, progress)
             rounds = max(1, min(cfg.rounds, len(frames)))
             parts: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
             for r in range(rounds):  # interleaved, so a slow spell of the machine hits every policy alike
                 lo, hi = r * len(frames) // rounds, (r + 1) * len(frames) // rounds
                 for policy in policies:
-                    parts[policy].append(
-                        _run_one(
-                            cfg,
-                            policy,
-                            table,
-                            nodes,
-                            weights,
-                            frames[lo:hi],
-                            labels[lo:hi],
-                            choices,
-                            device_s,
-                            server_s,
-                            link,
-                            shared,
-                            progress,
-                        )
-                    )
+                    parts[policy].append(_run_one(run_ctx, policy, frames[lo:hi], labels[lo:hi], shared))
             runs = []
             for policy in policies:
                 run = _merge(parts[policy])
@@ -191,65 +176,54 @@ def _policy(o: Any) -> str:
     return "local" if o.uplink_bytes == 0 else f"{o.split}:{o.codec}"
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every policy's stream shares: the model, calibration, link estimate and the way to report."""
+
+    cfg: DemoConfig
+    table: Any
+    nodes: Any
+    weights: str
+    choices: Choices
+    device_s: list[float]
+    server_s: list[float]
+    link: dict[str, Any]
+    progress: Callable[[str], None]
+
+
 def _run_one(
-    cfg: DemoConfig,
-    policy: str,
-    table: Any,
-    nodes: Any,
-    weights: str,
-    frames: list[Any],
-    labels: list[Any],
-    choices: Choices,
-    device_s: list[float],
-    server_s: list[float],
-    link: dict[str, Any],
-    shared: tuple[Any, int] | None,
-    progress: Callable[[str], None],
+    run: _Run, policy: str, frames: list[Any], labels: list[Any], shared: tuple[Any, int] | None
 ) -> dict[str, Any]:
-    progress(f"streaming {len(frames)} frames, policy {policy}")
+    """One policy over ``frames``: on the shared server, or on a server of its own (when it will be killed)."""
+    run.progress(f"streaming {len(frames)} frames, policy {policy}")
     if shared is None:
-        with server_process(weights) as (proc, port):
-            out = _stream(
-                cfg, policy, table, nodes, frames, labels, choices, device_s, server_s, link, proc, port, progress
-            )
+        with server_process(run.weights) as (proc, port):
+            out = _stream(run, policy, frames, labels, proc, port)
             out["server_log"] = _drain(proc)[-20:]
             return out
-    return _stream(cfg, policy, table, nodes, frames, labels, choices, device_s, server_s, link, *shared, progress)
+    return _stream(run, policy, frames, labels, *shared)
 
 
-def _stream(
-    cfg: DemoConfig,
-    policy: str,
-    table: Any,
-    nodes: Any,
-    frames: list[Any],
-    labels: list[Any],
-    choices: Choices,
-    device_s: list[float],
-    server_s: list[float],
-    link: dict[str, Any],
-    proc: Any,
-    port: int,
-    progress: Callable[[str], None],
-) -> dict[str, Any]:
+def _stream(run: _Run, policy: str, frames: list[Any], labels: list[Any], proc: Any, port: int) -> dict[str, Any]:
+    cfg = run.cfg
     rate = _rate(cfg)
-    device = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(rate) if rate else None, cfg.slowdown)
+    device = SplitDevice(run.table, run.nodes, ("127.0.0.1", port), TokenBucket(rate) if rate else None, cfg.slowdown)
     pol: str | AdaptiveSplit = policy
     if policy == "adaptive":
         pol = AdaptiveSplit(
-            table,
-            device_s,
-            server_s,
-            choices,
-            link["bandwidth_Bps"],
-            base_rtt_s=2 * link["latency_s"],
+            run.table,
+            run.device_s,
+            run.server_s,
+            run.choices,
+            run.link["bandwidth_Bps"],
+            base_rtt_s=2 * run.link["latency_s"],
             patience=cfg.patience,
         )
 
     def on_frame(i: int, _r: Any) -> None:
         if cfg.kill_server_at is not None and i + 1 == cfg.kill_server_at:
             proc.kill()
-            progress(f"killed the server after frame {i}")
+            run.progress(f"killed the server after frame {i}")
 
     res = stream(
         device,
