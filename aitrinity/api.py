@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,9 +77,7 @@ def _replay_prefix_traces(scenario: Scenario, model: ModelSpec, base: Path | Non
 
     if not any(isinstance(x, PrefixCache) and x.trace for x in scenario.plan.exchanges):
         return scenario
-    from aitrinity import traces
     from aitrinity.cost.memory import kv_bytes_per_token
-    from aitrinity.cost.prefix_reuse import replay
 
     out = []
     for x in scenario.plan.exchanges:
@@ -89,10 +88,28 @@ def _replay_prefix_traces(scenario: Scenario, model: ModelSpec, base: Path | Non
             tokens = None
             if x.capacity is not None:
                 tokens = int(x.capacity // kv_bytes_per_token(model, scenario.plan.cache_dtype))
-            result = replay(traces.load(path), tokens, x.block_tokens)
-            x = x.model_copy(update={"hit_rate": result.token_hit_rate})
+            x = x.model_copy(update={"hit_rate": replayed_hit_rate(path, tokens, x.block_tokens)})
         out.append(x)
     return scenario.model_copy(update={"plan": scenario.plan.model_copy(update={"exchanges": out})})
+
+
+def replayed_hit_rate(path: Path, capacity_tokens: int | None, block_tokens: int) -> float:
+    """A trace's LRU token hit rate, memoized by the file's identity (path, size, modification time)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        from aitrinity.errors import SpecError
+
+        raise SpecError.at(path, f"cannot read the trace ({e.strerror})") from None
+    return _replay_memo(str(path.resolve()), st.st_size, st.st_mtime_ns, capacity_tokens, block_tokens)
+
+
+@lru_cache(maxsize=256)
+def _replay_memo(path: str, size: int, mtime_ns: int, capacity_tokens: int | None, block_tokens: int) -> float:
+    from aitrinity import traces
+    from aitrinity.cost.prefix_reuse import replay
+
+    return replay(traces.load(path), capacity_tokens, block_tokens).token_hit_rate
 
 
 def ledger(r: Resolved) -> Ledger:
@@ -155,6 +172,8 @@ def plan(
     start: str = "naive",
     ttft_slo: str | None = None,
     tpot_slo: str | None = None,
+    *,
+    pareto: bool = True,
 ) -> PlanReport | EdgePlanReport:
     """Search plans for a scenario and explain the chain from the baseline to the best one.
 
@@ -162,6 +181,7 @@ def plan(
     ``latency``, ``cost`` or ``energy``; edge ``latency`` or ``energy`` (default: the scenario's).
     ``start``: ``naive`` or ``scenario`` (the plan as written).
     ``ttft_slo`` / ``tpot_slo`` (serving): service-level objectives such as ``2 s`` or ``50 ms``.
+    ``pareto=False`` skips the Pareto frontier (most of a large training search's time).
     """
     loaded, base = load(scenario)
     if isinstance(loaded, EdgeScenario):
@@ -189,7 +209,7 @@ def plan(
             raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
-        result = search_training(r.model, w.training, r.scenario.plan, r.system, objective, top)
+        result = search_training(r.model, w.training, r.scenario.plan, r.system, objective, top, pareto=pareto)
         chain = (
             training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own) if result.best else None
         )
@@ -200,15 +220,15 @@ def plan(
         raise SpecError("--objective", objective, f"one of {', '.join(SERVING_OBJECTIVES)} for serving")
     ttft = units.parse_time(ttft_slo) if ttft_slo else None
     tpot = units.parse_time(tpot_slo) if tpot_slo else None
-    requests = None
+    hit_rate = None
     traced = [x for x in r.scenario.plan.exchanges if getattr(x, "trace", None)]
-    if traced:  # the search tries several cache sizes, replaying the trace for each
-        from aitrinity import traces
+    if traced:  # the search tries several cache sizes, replaying the trace for each (memoized)
+        from functools import partial
 
         trace = Path(getattr(traced[0], "trace", ""))
         if isinstance(scenario, str | Path) and Path(scenario).is_file() and not trace.is_absolute():
             trace = Path(scenario).resolve().parent / trace
-        requests = traces.load(trace)
-    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, requests)
+        hit_rate = partial(replayed_hit_rate, trace)
+    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, hit_rate, pareto)
     schain = serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own) if sres.best else None
     return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain)

@@ -155,20 +155,10 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
 
 
 def _choice_row(c: Any) -> list[str]:
-    layout = f"tp{c.tp} pp{c.pp} dp{c.dp}" + (f" v{c.virtual_stages}" if c.virtual_stages > 1 else "")
-    extras = [f"mb{c.micro_batch}", f"ZeRO-{c.zero}", f"rc:{c.recompute}"]
-    if c.sequence_parallel:
-        extras.append("SP")
-    if c.compression != "none":
-        extras.append(c.compression)
-    if c.optimizer_offload:
-        extras.append("opt-offload")
-    if c.activation_offload:
-        extras.append(f"act-offload {c.activation_offload:g}")
     usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
     return [
-        layout,
-        " ".join(extras),
+        c.layout,
+        c.techniques,
         format_time(c.step_time_s),
         f"{c.tokens_per_s:,.0f}",
         format_bytes(c.hbm_bytes),
@@ -179,19 +169,10 @@ def _choice_row(c: Any) -> list[str]:
 
 
 def _serving_row(c: Any) -> list[str]:
-    extras = [f"batch {c.batch}"]
-    if c.kv_offload:
-        extras.append(f"kv-offload {c.kv_offload:g}")
-    if c.weight_quantization != "none":
-        extras.append(f"w:{c.weight_quantization}")
-    if c.kv_quantization != "none":
-        extras.append(f"kv:{c.kv_quantization}")
-    if c.prefix_capacity_bytes is not None:
-        extras.append(f"prefix {format_bytes(c.prefix_capacity_bytes)} (hit {c.prefix_hit_rate:.0%})")
     usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
     return [
-        f"tp{c.tp} pp{c.pp} x{c.replicas}",
-        " ".join(extras),
+        c.layout,
+        c.techniques,
         format_time(c.ttft_s),
         format_time(c.tpot_s),
         f"{c.throughput_tokens_per_s:,.0f}",

@@ -39,6 +39,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from aitrinity.cost.dnn import LayerTable
 from aitrinity.cost.ledger import Result
 
@@ -375,9 +377,17 @@ def envelope(
                 if low_Bps < B < high_Bps:
                     cuts.add(B)
     edges = sorted(cuts)
+    mids = np.sqrt(np.array(edges[:-1]) * np.array(edges[1:]))
+    # best() at every interval at once: ties broken by (uplink bytes, split) as best() does, because
+    # argmin returns the first minimum of options stably sorted by that key
+    ranked = sorted(ok, key=lambda o: (o.uplink_bytes, o.split))
+    fixed = np.array([coef(o)[0] for o in ranked])
+    per_byte = np.array([coef(o)[1] for o in ranked])  # the same products latency_at / energy_at form
+    cost = fixed[None, :] + per_byte[None, :] / mids[:, None]
+    winners = np.argmin(cost, axis=1)
     segs: list[Segment] = []
-    for lo, hi in itertools.pairwise(edges):
-        o = best(ok, math.sqrt(lo * hi), objective)
+    for (lo, hi), w in zip(itertools.pairwise(edges), winners, strict=True):
+        o = ranked[int(w)]
         if segs and segs[-1].split == o.split and segs[-1].codec == o.codec and segs[-1].lossless == o.lossless:
             segs[-1] = segs[-1].model_copy(update={"high_Bps": hi})
         else:

@@ -45,18 +45,17 @@ def quantize(x: np.ndarray) -> np.ndarray:
 def pareto_indices(points: np.ndarray) -> list[int]:
     """Indices of the non-dominated rows of ``points`` (minimise every column), in row order.
 
-    Sort by the first column, then sweep keeping a candidate unless an already
-    kept point is <= in every column (block-nested-loop skyline).
+    Sorted lexicographically, a row can only be dominated by an earlier one, so
+    the first surviving row is always on the front: keep it and strike out, in
+    one vectorized pass, every later row it dominates (one pass per front
+    point, not one per row).
     """
-    order = np.lexsort(points.T[::-1])
+    rest = np.lexsort(points.T[::-1])
     kept: list[int] = []
-    front = np.empty((0, points.shape[1]))
-    for i in order:
-        p = points[i]
-        if len(front) and np.any(np.all(front <= p, axis=1)):
-            continue
-        kept.append(int(i))
-        front = np.vstack([front, p])
+    while len(rest):
+        head, rest = rest[0], rest[1:]
+        kept.append(int(head))
+        rest = rest[~np.all(points[head] <= points[rest], axis=1)]
     return sorted(kept)
 
 

@@ -66,6 +66,27 @@ class PlanChoice(Result):
     joules_per_token: float
     binding: str
 
+    @property
+    def layout(self) -> str:
+        return f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+
+    @property
+    def techniques(self) -> str:
+        extras = [f"mb{self.micro_batch}", f"ZeRO-{self.zero}", f"rc:{self.recompute}"]
+        if self.sequence_parallel:
+            extras.append("SP")
+        if self.compression != "none":
+            extras.append(self.compression)
+        if self.optimizer_offload:
+            extras.append("opt-offload")
+        if self.activation_offload:
+            extras.append(f"act-offload {self.activation_offload:g}")
+        return " ".join(extras)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout} {self.techniques}"
+
     def plan(self, base: Plan) -> Plan:
         """The scenario plan with this choice applied (dtypes and the rest kept)."""
         ex: list[GradientCompression | OptimizerOffload | ActivationOffload] = []

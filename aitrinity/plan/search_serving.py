@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
-from aitrinity.cost.prefix_reuse import replay
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.search import ReasonCount, layouts
 from aitrinity.plan.vector_serving import (
@@ -34,7 +33,7 @@ from aitrinity.plan.vector_serving import (
 from aitrinity.spec.exchanges import PrefixCache
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System
-from aitrinity.traces import TraceRequest
+from aitrinity.units import format_bytes
 
 ServingObjective = Literal["throughput", "latency", "cost", "energy"]
 SERVING_OBJECTIVES: tuple[ServingObjective, ...] = ("throughput", "latency", "cost", "energy")
@@ -65,6 +64,27 @@ class ServingChoice(Result):
     """The prefix cache's size when the search chose it (from a trace), else None."""
     prefix_hit_rate: float | None = None
 
+    @property
+    def layout(self) -> str:
+        return f"tp{self.tp} pp{self.pp} x{self.replicas}"
+
+    @property
+    def techniques(self) -> str:
+        extras = [f"batch {self.batch}"]
+        if self.kv_offload:
+            extras.append(f"kv-offload {self.kv_offload:g}")
+        if self.weight_quantization != "none":
+            extras.append(f"w:{self.weight_quantization}")
+        if self.kv_quantization != "none":
+            extras.append(f"kv:{self.kv_quantization}")
+        if self.prefix_capacity_bytes is not None:
+            extras.append(f"prefix {format_bytes(self.prefix_capacity_bytes)} (hit {self.prefix_hit_rate:.0%})")
+        return " ".join(extras)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout} {self.techniques}"
+
     def plan(self, base: Plan) -> Plan:
         if self.prefix_capacity_bytes is not None:
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
@@ -90,12 +110,12 @@ def _prefix_options(
     system: System,
     tp: int,
     pp: int,
-    requests: Sequence[TraceRequest] | None,
+    hit_rate: Callable[[int, int], float] | None,
     replayed: dict[int, float],
 ) -> list[tuple[Plan, float | None, float | None]]:
     """(plan, capacity, hit rate) per prefix-cache size to try; the plan itself when there is nothing to vary."""
     pc = next((x for x in base.exchanges if isinstance(x, PrefixCache)), None)
-    if pc is None or pc.trace is None or requests is None or pc.tier == "hbm":
+    if pc is None or pc.trace is None or hit_rate is None or pc.tier == "hbm":
         return [(base, None, None)]
     share = system.tier_capacity_per_device(pc.tier)
     if share is None:
@@ -106,7 +126,7 @@ def _prefix_options(
         capacity = frac * share * tp * pp
         tokens = int(capacity // per_token)
         if tokens not in replayed:
-            replayed[tokens] = replay(requests, tokens, pc.block_tokens).token_hit_rate
+            replayed[tokens] = hit_rate(tokens, pc.block_tokens)
         out.append((with_prefix(base, replayed[tokens], capacity), capacity, replayed[tokens]))
     return out
 
@@ -147,10 +167,11 @@ def search_serving(
     top: int = 5,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
-    prefix_requests: Sequence[TraceRequest] | None = None,
+    prefix_hit_rate: Callable[[int, int], float] | None = None,
     pareto: bool = True,
 ) -> ServingSearchResult:
-    """``prefix_requests``: the trace of a trace-based prefix cache in ``base``; its capacity is then searched.
+    """``prefix_hit_rate(capacity_tokens, block_tokens)``: the token hit rate of the trace of a trace-based
+    prefix cache in ``base`` (e.g. :func:`aitrinity.api.replayed_hit_rate`); its capacity is then searched.
 
     ``pareto=False`` leaves the frontier out.
     """
@@ -166,7 +187,7 @@ def search_serving(
     tps, pps, parts, caps, hits = [], [], [], [], []
     replayed: dict[int, float] = {}
     for tp, pp in layouts(m, system, base.ep):
-        for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_requests, replayed):
+        for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
             parts.append(price_rows(m, job, plan, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
             tps.append(np.full(len(rows), tp))
             pps.append(np.full(len(rows), pp))

@@ -69,9 +69,10 @@ def test_serving_search_equals_brute_force(objective):
 
 
 def test_prefix_cache_capacity_is_searched_from_the_trace():
+    from functools import partial
     from pathlib import Path
 
-    from aitrinity import traces
+    from aitrinity import api
     from aitrinity.spec._base import validate
 
     trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -79,7 +80,9 @@ def test_prefix_cache_capacity_is_searched_from_the_trace():
     job = ServingJob(prompt_tokens=8192, output_tokens=256, batch=8)
     system = make_system(n=2, host_memory="host-dram")
     base = validate(Plan, {"exchanges": [{"kind": "prefix-cache", "tier": "host", "trace": str(trace)}]})
-    res = search_serving(m, job, base, system, "throughput", top=5, prefix_requests=traces.load(trace))
+    res = search_serving(
+        m, job, base, system, "throughput", top=5, prefix_hit_rate=partial(api.replayed_hit_rate, trace)
+    )
     caps = {c.prefix_capacity_bytes for c in res.pareto}
     assert len(caps) >= 2 and None not in caps
     for c in res.top:
