@@ -19,3 +19,35 @@ def h100_node() -> System:
 @pytest.fixture
 def gpt3():
     return catalog.model("gpt-3-175b")
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+CONVERSATION_TRACE = REPO / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+
+
+@pytest.fixture(scope="session")
+def artifacts():
+    """Where tests save what a person may want to look at (screenshots): $TRINITY_ARTIFACTS or test-artifacts/."""
+    import os
+    from pathlib import Path
+
+    out = Path(os.environ.get("TRINITY_ARTIFACTS", REPO / "test-artifacts"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium; missing, the test skips -- unless TRINITY_REQUIRE_BROWSER=1 (set by .ci/run)."""
+    import os
+
+    from aitrinity.ui.headless import Browser, find_chromium
+
+    exe = find_chromium()
+    if exe is None:
+        if os.environ.get("TRINITY_REQUIRE_BROWSER") == "1":
+            pytest.fail("TRINITY_REQUIRE_BROWSER=1 but no chromium on PATH")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+    b = Browser(exe)
+    yield b
+    b.close()

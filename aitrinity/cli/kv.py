@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aitrinity.cli.jsonout import dump
+from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
 REPLAY_HELP = """examples:
@@ -113,10 +113,8 @@ def run(args: argparse.Namespace) -> int:
     model, device = catalog.model(args.model), catalog.device(args.device)
     bb = block_bytes(model, args.kv_dtype, args.block)
 
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"trinity: {msg}", file=sys.stderr)
-
+    progress = Progress(args.quiet)
+    say = progress.say
     say(f"reading {args.trace}")
     reqs = traces.load(args.trace)
     kw = {"block_tokens": args.block, "policy": args.policy, "kv_dtype": args.kv_dtype}
@@ -132,9 +130,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         configs = [[TierInput("cache", _capacity(c, args.block, bb))] for c in args.capacity.split(",")]
     reports = []
-    for i, tiers in enumerate(configs, 1):
-        say(f"replaying {len(reqs):,} requests ({i}/{len(configs)})")
+    for i, tiers in enumerate(configs):
+        progress.step(i, len(configs), f"replays of {len(reqs):,} requests")
         reports.append(kv_replay(reqs, model, tiers, device, **kw))
+    progress.step(len(configs), len(configs), f"replays of {len(reqs):,} requests")
     if args.json:
         data = [r.model_dump(mode="json") for r in reports]
         print(dump(data[0] if len(data) == 1 else data))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from aitrinity import __version__
 from aitrinity.cli.jsonout import dump
+from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError, TrinityError
 
 EXIT_USAGE = 2
@@ -33,6 +34,8 @@ EPILOG = """examples:
   trinity simulate training-link            static plans vs the adaptive Controller on a degrading link
   trinity hardware compare h100-sxm h200 b200 mi300x   designs over the built-in workload suite
   trinity hardware compare h100 h100:hbm_capacity=141GiB,price=+50% --objective tokens_per_dollar
+  trinity report -o report.html             charts of the built-in examples in one self-contained HTML file
+  trinity ui                                a what-if page on http://127.0.0.1:8765
   trinity catalog list models               catalog names of one kind
   trinity catalog show llama-3.1-70b        an entry with its derived figures
 """
@@ -53,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         help="which resource binds, by how much, at what price",
         description="Diagnose scenarios: the binding resource per phase, every resource's "
         "utilization, the headroom, memory feasibility, $ and joules.",
+        epilog="""examples:
+  trinity diagnose                                   every built-in example
+  trinity diagnose llama-70b-training-h100 --json    one built-in scenario, as JSON
+  trinity diagnose my.yaml --set gpus=512 --set link=25Gbit/s
+  trinity diagnose camera-analytics-edge --set uplink=2Mbit/s
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d.add_argument(
         "scenarios",
@@ -77,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Search parallel layouts x memory techniques x exchanges for a training "
         "scenario, keep the feasible plans, rank them by an objective, and explain "
         "the chain of exchanges from a naive baseline to the best plan.",
+        epilog="""examples:
+  trinity plan llama-70b-training-h100                       best plans by step time
+  trinity plan llama-70b-training-h100 --objective cost --top 3
+  trinity plan llama-70b-serving-long-context --slo-ttft 30s --slo-tpot 50ms
+  trinity plan llama-70b-training-h100 --sweep link=25Gbit/s,100Gbit/s,400Gbit/s
+  trinity plan camera-analytics-edge --objective energy
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pl.add_argument("scenario", metavar="SCENARIO", help="scenario file or built-in name")
     pl.add_argument(
@@ -115,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
         "explain",
         help="the chain of exchanges from a naive plan to the best one",
         description="The chain only: each step's pathway, the resource it relieved, what binds next and the gain.",
+        epilog="""examples:
+  trinity explain llama-70b-training-h100
+  trinity explain llama-70b-training-h100 --from scenario   from the scenario's own plan
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ex.add_argument("scenario", metavar="SCENARIO")
     ex.add_argument("--objective", choices=["time", "throughput", "latency", "cost", "energy"])
@@ -137,8 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     kv.add_replay_arguments(rp)
     kv.add_parsers(sub)
-    from aitrinity.cli import simulate, split, train
+    from aitrinity.cli import completion, report, simulate, split, train, ui
 
+    report.add_parser(sub)
+    ui.add_parser(sub)
     train.add_parser(sub)
     split.add_parser(sub)
     simulate.add_parser(sub)
@@ -149,6 +174,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure matmul FLOP/s per dtype across sizes, memory bandwidth, disk, "
         "loopback TCP and codec throughput on this machine, and write a device "
         "profile (YAML) the catalog accepts, with every measurement recorded.",
+        epilog="""examples:
+  trinity calibrate --quick -o me.yaml          seconds; noisier
+  trinity diagnose my.yaml --set system.device=me.yaml   use the profile as a device
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("--quick", action="store_true", help="small sizes and few repeats (seconds, noisier)")
     cal.add_argument("-o", "--output", metavar="FILE", help="write the profile here (default: print it)")
@@ -162,6 +192,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Build small decoders from configs (random weights) and measure parameters, "
         "FLOPs, saved activations, KV-cache bytes and prefill / train-step / decode-step "
         "times against the cost model's predictions on a calibrated profile.",
+        epilog="""examples:
+  trinity validate --quick                       calibrate quickly, then two small models
+  trinity validate --profile me.yaml --markdown validation.md
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     va.add_argument(
         "--profile", metavar="FILE", help="device profile from trinity calibrate (default: calibrate now, quickly)"
@@ -179,7 +214,9 @@ def _parser() -> argparse.ArgumentParser:
         "the objective to each resource (+step, re-planned) and the re-plan with each resource cut to "
         "--constraint; then each design's suite performance, flexibility score and ($, J, performance) "
         "Pareto status. Formulas: docs/hardware.md.",
-        epilog="designs: a catalog device (h200), a device file, DEVICE:EDIT,EDIT "
+        epilog="examples:\n  trinity hardware compare h100-sxm h200 b200 mi300x\n"
+        "  trinity hardware compare h100 h100:hbm_capacity=141GiB,price=+50% --objective tokens_per_dollar\n\n"
+        "designs: a catalog device (h200), a device file, DEVICE:EDIT,EDIT "
         "(h100-sxm:hbm_capacity=141GiB,price=+50%; edits: "
         "flops, hbm_bandwidth, hbm_capacity, intra_node_bandwidth, inter_node_bandwidth, host_bandwidth, "
         "host_capacity, price, power; absolute or x0.5 / +20%), :EDIT (each scenario's own device), "
@@ -200,13 +237,39 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
-    cl = csub.add_parser("list", help="names of one kind, or of every kind")
+    cl = csub.add_parser(
+        "list",
+        help="names of one kind, or of every kind",
+        epilog="examples:\n  trinity catalog list\n  trinity catalog list devices --json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cl.add_argument("kind", nargs="?", choices=["devices", "links", "tiers", "models", "dnns", "scenarios", "suites"])
     cl.add_argument("--json", action="store_true")
-    cs = csub.add_parser("show", help="one entry (name, alias or Hugging Face id) with derived figures")
+    cs = csub.add_parser(
+        "show",
+        help="one entry (name, alias or Hugging Face id) with derived figures",
+        epilog="examples:\n  trinity catalog show llama-3.1-70b\n"
+        "  trinity catalog show meta-llama/Llama-3.1-8B --json\n  trinity catalog show h100 --json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cs.add_argument("name")
     cs.add_argument("--json", action="store_true")
+    completion.add_parser(sub)
+    for leaf in leaves(p):  # every command takes --quiet and --json
+        opts = {o for a in leaf._actions for o in a.option_strings}
+        if "--quiet" not in opts:
+            leaf.add_argument("--quiet", action="store_true", help="nothing on stderr but errors")
+        if "--json" not in opts:
+            leaf.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
+
+
+def leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of every command (the ones without sub-commands)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [p]
+    return [leaf for child in dict.fromkeys(subs[0].choices.values()) for leaf in leaves(child)]
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
@@ -277,7 +340,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         quick=args.quick,
         name=args.name,
         tdp_W=tdp,
-        progress=lambda msg: print(f"trinity: measuring {msg}", file=sys.stderr),
+        progress=lambda msg: Progress(args.quiet).say(f"measuring {msg}"),
     )
     data = profile.model_dump(mode="json")
     text = (
@@ -291,7 +354,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"trinity: wrote {args.output}", file=sys.stderr)
+        Progress(args.quiet).say(f"wrote {args.output}")
     else:
         print(text)
     return 0
@@ -306,9 +369,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from aitrinity.spec.scenario import SystemInput
     from aitrinity.systems import validate as v
 
-    def say(msg: str) -> None:
-        print(f"trinity: {msg}", file=sys.stderr)
-
+    say = Progress(args.quiet).say
     device = args.profile
     tmp = None
     if device is None:
@@ -340,9 +401,10 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     from aitrinity.cli import render
     from aitrinity.hardware import compare_hardware
 
+    progress = Progress(args.quiet)
+
     def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"trinity: planning {msg}", file=sys.stderr)
+        progress.say(f"planning {msg}")
 
     result = compare_hardware(
         args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say
@@ -386,6 +448,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from aitrinity.cli import simulate
 
             return simulate.run(args)
+        if args.command == "completion":
+            from aitrinity.cli import completion
+
+            return completion.run(args, _parser())
+        if args.command == "report":
+            from aitrinity.cli import report
+
+            return report.run(args)
+        if args.command == "ui":
+            from aitrinity.cli import ui
+
+            return ui.run(args)
         if args.command == "split-demo":
             from aitrinity.cli import split
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aitrinity.cli.jsonout import dump
+from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
 SCENARIOS = ("prefill-cluster", "serving", "training-link", "edge-stream", "sweep")
@@ -111,15 +111,8 @@ def _sweep(args: argparse.Namespace) -> int:
             {"scenario": s, "policy": p.strip(), "seed": seed, **extra} for p in pols for seed in _seeds(args.seeds)
         ]
 
-    def bar(done: int, total: int) -> None:
-        if not args.quiet:
-            filled = 30 * done // total
-            end = "\n" if done == total else ""
-            print(
-                f"\rtrinity: sweep [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} jobs", end=end, file=sys.stderr
-            )
-
-    results = sweep.run_sweep(jobs, args.workers, bar)
+    progress = Progress(args.quiet)
+    results = sweep.run_sweep(jobs, args.workers, lambda done, total: progress.step(done, total, "sweep jobs"))
     if args.json:
         print(dump(results))
         return 0
@@ -254,8 +247,7 @@ def _serving(args: argparse.Namespace) -> int:
 
 
 def _say(args: argparse.Namespace, msg: str) -> None:
-    if not args.quiet:
-        print(f"trinity: {msg}", file=sys.stderr)
+    Progress(args.quiet).say(msg)
 
 
 def _prefill(args: argparse.Namespace) -> int:

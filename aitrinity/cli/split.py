@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aitrinity.cli.jsonout import dump
+from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
 HELP = """examples:
@@ -111,9 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("split-demo", e.name, "torch and scikit-learn installed (pip install -e '.[dev]')") from None
     cfg = _config(args)
 
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"trinity: {msg}", file=sys.stderr, flush=True)
+    say = Progress(args.quiet).say
 
     if args.link:
         from aitrinity.systems import netns

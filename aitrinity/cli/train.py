@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from aitrinity.cli.jsonout import dump
+from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
 HELP = """examples:
@@ -68,11 +68,8 @@ def run(args: argparse.Namespace) -> int:
         "hidden": args.hidden,
         "density": args.density,
     }
-    if not args.quiet:
-        where = f"a {args.link} link" if args.link else "the host loopback"
-        print(
-            f"trinity: training with {args.workers} workers over {where}, compressor {args.compressor}", file=sys.stderr
-        )
+    where = f"a {args.link} link" if args.link else "the host loopback"
+    Progress(args.quiet).say(f"training with {args.workers} workers over {where}, compressor {args.compressor}")
     res = run_workers([run_cfg], world=args.workers, task=args.task, link=args.link)
     r = res[0][0]
     if args.json:

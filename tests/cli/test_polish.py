@@ -1,0 +1,80 @@
+"""CLI conventions that hold for every command: --json, --quiet, --help with examples, completion, progress."""
+
+import io
+import subprocess
+
+import pytest
+
+from aitrinity.cli.main import _parser, leaves
+from aitrinity.cli.progress import Progress
+
+
+def _commands():
+    return [(leaf.prog, leaf) for leaf in leaves(_parser())]
+
+
+@pytest.mark.parametrize("prog, leaf", _commands(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_command_takes_json_and_quiet_and_shows_examples(prog, leaf):
+    opts = {o for a in leaf._actions for o in a.option_strings}
+    assert {"--json", "--quiet"} <= opts or prog.endswith("completion"), prog
+    text = leaf.format_help()
+    assert "examples:" in text or "install:" in text, prog
+
+
+def _complete(words: str) -> list[str]:
+    script = subprocess.run(["trinity", "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    cmd = (
+        f'{script}\nread -ra COMP_WORDS <<< "{words}"\n'
+        f'[[ "{words}" == *" " ]] && COMP_WORDS+=("")\n'
+        'COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _trinity; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_bash_completion_knows_commands_choices_and_scenarios():
+    assert _complete("trinity dia") == ["diagnose"]
+    assert set(_complete("trinity plan x --objective ")) == {"time", "throughput", "latency", "cost", "energy"}
+    assert "llama-70b-training-h100" in _complete("trinity diagnose llama")
+    assert _complete("trinity simulate tr") == ["training-link"]
+    assert "--capacity" in _complete("trinity kv replay --cap")
+
+
+def test_zsh_and_fish_scripts_name_every_command():
+    for shell in ("zsh", "fish"):
+        out = subprocess.run(["trinity", "completion", shell], capture_output=True, text=True, check=True).stdout
+        for cmd in ("diagnose", "plan", "report", "ui", "simulate", "kv"):
+            assert cmd in out, (shell, cmd)
+
+
+def test_progress_prints_lines_off_a_terminal_and_nothing_when_quiet():
+    buf = io.StringIO()
+    p = Progress(stream=buf, min_interval_s=3600)
+    p.say("reading")
+    for i in range(1, 11):
+        p.step(i, 10, "jobs")
+    assert buf.getvalue().splitlines() == ["trinity: reading", "trinity: 1/10 jobs", "trinity: 10/10 jobs"]
+    quiet = io.StringIO()
+    q = Progress(quiet=True, stream=quiet)
+    q.say("x")
+    q.step(1, 1)
+    assert quiet.getvalue() == ""
+
+
+def test_progress_bar_redraws_in_place_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    buf = Tty()
+    p = Progress(stream=buf)
+    p.step(1, 4, "x")
+    p.step(4, 4, "x")
+    out = buf.getvalue()
+    assert out.count("\r") == 2 and out.endswith("4/4 x\x1b[K\n") and "[" + "#" * 30 + "]" in out
+
+
+def test_quiet_silences_progress(capsys):
+    from aitrinity.cli.main import main
+
+    assert main(["report", "trillion-param-training", "--no-simulate", "--json", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
