@@ -204,9 +204,12 @@ def _serving(args: argparse.Namespace) -> int:
         slo_tpot_s=units.parse_time(args.slo_tpot),
     )
     reqs = traces.load(args.trace)
-    _say(args, f"simulating {len(reqs):,} requests on {args.instances} x {args.device}")
+    progress = Progress(args.quiet)
+    progress.say(f"simulating {len(reqs):,} requests on {args.instances} x {args.device}")
     try:
-        r = simulate_serving(reqs, m, cfg, seed=args.seed)
+        r = simulate_serving(
+            reqs, m, cfg, seed=args.seed, progress=lambda n, total: progress.step(n, total, "requests")
+        )
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
     if args.json:

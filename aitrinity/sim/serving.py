@@ -44,7 +44,7 @@ the tokens its cache holds for this request.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,8 +181,14 @@ class ServingSimResult(Result):
 
 
 def simulate_serving(
-    requests: Sequence[TraceRequest], m: ModelSpec, cfg: ServingConfig, *, seed: int = 0
+    requests: Sequence[TraceRequest],
+    m: ModelSpec,
+    cfg: ServingConfig,
+    *,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ServingSimResult:
+    """``progress(settled, total)``: requests finished or rejected so far, every 10,000 events and at the end."""
     if cfg.instances < 1 or cfg.token_budget < 1 or cfg.max_batch < 1:
         raise ValueError("instances, token_budget and max_batch must be positive")
     if cfg.prefill_instances and not 0 < cfg.prefill_instances < cfg.instances:
@@ -368,7 +374,13 @@ def simulate_serving(
     ]
     for r in reqs:
         sim.at(r.arrival, arrive, r)
-    sim.run()
+
+    def settled(_events: int) -> None:
+        if progress is not None:
+            progress(len(done) + sum(rejected.values()), len(requests))
+
+    sim.run(progress=settled if progress else None)
+    settled(0)
     first = min((r.arrival for r in reqs), default=0.0)
     span = max(sim.now - first, 1e-12)
     busy = sum(x.busy_s for x in insts)
