@@ -8,6 +8,7 @@ drawing is :mod:`aitrinity.report.svg`, the page :mod:`aitrinity.report.html`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from aitrinity.plan.search import PlanChoice
 from aitrinity.plan.search_serving import ServingChoice
 from aitrinity.plan.split import EdgeDiagnosis
 from aitrinity.report import svg
+from aitrinity.spec.model import ModelSpec
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_time
 
 if TYPE_CHECKING:
@@ -229,15 +231,18 @@ def pareto_figure(sid: str, rep: PlanReport) -> Figure | None:
     )
 
 
-def llm_section(ref: str, overrides: Sequence[str] = (), objective: str | None = None) -> Section:
+def llm_section(
+    ref: str, overrides: Sequence[str] = (), objective: str | None = None, sid: str | None = None
+) -> Section:
+    """``sid``: the section's id in the page (default: from the scenario's name)."""
     d = api.diagnose(ref, overrides)
     assert isinstance(d, Diagnosis)
     r = api.resolve(ref, overrides=overrides)
     rep = api.plan(ref, objective, 5, overrides)
     assert isinstance(rep, PlanReport)
-    sid = _slug(d.scenario)
+    sid = sid or _slug(d.scenario)
     facts = [("model", d.model), ("system", f"{d.num_devices} x {d.device}"), ("binding", d.binding)]
-    facts += [(c.tier, c.sentence) for c in [d.capacity]]
+    facts.append((d.capacity.tier, d.capacity.sentence))
     figures = [utilization_figure(sid, d), roofline_figure(sid, d, r)]
     if rep.chain is not None:
         figures.append(chain_figure(sid, rep.chain))
@@ -253,7 +258,7 @@ def llm_section(ref: str, overrides: Sequence[str] = (), objective: str | None =
 # -- edge split inference ------------------------------------------------------------------------------
 
 
-def edge_section(ref: str, overrides: Sequence[str] = ()) -> Section:
+def edge_section(ref: str, overrides: Sequence[str] = (), sid: str | None = None) -> Section:
     d, inp = edge_inputs(ref, overrides)
     fastest = sorted((o for o in inp.options() if o.allowed), key=lambda o: o.latency_s)[:3]
     facts = [
@@ -262,7 +267,7 @@ def edge_section(ref: str, overrides: Sequence[str] = ()) -> Section:
         ("binding", d.binding),
         ("fastest options", "; ".join(f"{o.label} {format_time(o.latency_s)}" for o in fastest)),
     ]
-    sid = _slug(d.scenario)
+    sid = sid or _slug(d.scenario)
     figures = edge_figures(sid, d, inp)
     return Section(id=sid, scenario=d.scenario, kind="edge", summary=d.sentence, facts=facts, figures=figures)
 
@@ -366,14 +371,14 @@ def _edge_trace_figure(sid: str, d: EdgeDiagnosis, trace: Sequence[tuple[float, 
 DEFAULT_CAPACITIES = (250_000, 500_000, 1_000_000, 2_000_000, 3_000_000, 5_000_000, 8_000_000)
 
 
-def replay_section(trace: Path, model: str, capacities: Sequence[int] = DEFAULT_CAPACITIES) -> Section:
+def replay_section(trace: Path, m: ModelSpec, capacities: Sequence[int] = DEFAULT_CAPACITIES) -> Section:
     """Hit rate vs capacity of a request trace through the prefix cache's index (LRU, full blocks)."""
-    from aitrinity import catalog, traces
+    from aitrinity import traces
     from aitrinity.cost.memory import kv_bytes_per_token
     from aitrinity.cost.prefix_reuse import replay
 
     reqs = traces.load(trace)
-    m = catalog.model(model)
+    model = m.name
     per_token = kv_bytes_per_token(m, "bf16")
     results = [replay(reqs, c, 512) for c in capacities]
     unbounded = replay(reqs, None, 512)
@@ -494,22 +499,29 @@ def build(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     """Sections for each scenario (file or built-in name), then the trace replay and the simulation."""
+    from aitrinity import catalog
     from aitrinity.spec.edge import EdgeScenario
 
-    sections, notes = [], []
-    serving_model = None
+    sections: list[Section] = []
+    notes: list[str] = []
+    serving_model: ModelSpec | None = None
     for ref in scenarios:
         progress(f"scenario {ref}")
         loaded, _ = api.load(ref)
+        sid = name = _slug(loaded.name)
+        for k in itertools.count(2):  # the same scenario twice (or two files of one name): unique ids
+            if sid not in {s.id for s in sections}:
+                break
+            sid = f"{name}-{k}"
         if isinstance(loaded, EdgeScenario):
-            sections.append(edge_section(ref, overrides))
+            sections.append(edge_section(ref, overrides, sid))
         else:
-            sections.append(llm_section(ref, overrides))
-            if loaded.workload.serving is not None:
-                serving_model = serving_model or loaded.workload.model
+            sections.append(llm_section(ref, overrides, sid=sid))
+            if loaded.workload.serving is not None and serving_model is None:
+                serving_model = api.resolve(ref, overrides=overrides).model
     if trace is not None:
         progress(f"replaying {trace}")
-        sections.append(replay_section(trace, serving_model or "llama-3.1-70b"))
+        sections.append(replay_section(trace, serving_model or catalog.model("llama-3.1-70b")))
     else:
         notes.append("No request trace given (--trace FILE): no hit-rate-vs-capacity curve.")
     if simulate:

@@ -20,6 +20,7 @@ from aitrinity.cost.diagnosis import Diagnosis
 from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError
 from aitrinity.plan.report import PlanReport
+from aitrinity.plan.search_serving import ServingChoice
 from aitrinity.plan.split import EdgePlanReport
 from aitrinity.report import figures as rb
 from aitrinity.units import format_time
@@ -208,10 +209,10 @@ def answer(form: Form) -> Answer:
     metrics.append(("memory", diag.capacity.sentence))
     best_metrics: list[tuple[str, str]] = []
     if best is not None:
-        if hasattr(best, "step_time_s"):
-            best_metrics = [("step", format_time(best.step_time_s)), ("tokens/s", f"{best.tokens_per_s:,.0f}")]
-        else:
+        if isinstance(best, ServingChoice):
             best_metrics = [("TPOT", format_time(best.tpot_s)), ("tokens/s", f"{best.throughput_tokens_per_s:,.0f}")]
+        else:
+            best_metrics = [("step", format_time(best.step_time_s)), ("tokens/s", f"{best.tokens_per_s:,.0f}")]
     return Answer(
         scenario=diag.scenario,
         kind=diag.kind,

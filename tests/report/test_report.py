@@ -97,3 +97,11 @@ def test_report_cli_bad_input_is_one_line(capsys):
     assert main(["report", "no-such-scenario", "--no-simulate"]) == 2
     assert capsys.readouterr().err.startswith("trinity: error: ")
     assert main(["report", "--trace", "/nonexistent.jsonl"]) == 2
+
+
+def test_the_same_scenario_twice_gets_distinct_ids():
+    r = build(["trillion-param-training", "trillion-param-training"], simulate=False)
+    ids = [s.id for s in r.sections]
+    charts = [f.id for s in r.sections for f in s.figures]
+    assert ids == ["trillion-param-training", "trillion-param-training-2"]
+    assert len(charts) == len(set(charts))
