@@ -9,10 +9,11 @@ from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
-SCENARIOS = ("prefill-cluster", "serving", "training-link", "edge-stream", "sweep")
+SCENARIOS = ("prefill-cluster", "serving", "diurnal-serving", "training-link", "edge-stream", "sweep")
 HELP = """scenarios:
   prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
   serving           a request trace over N instances: continuous batching, chunked prefill, KV limit, preemption
+  diurnal-serving   a generated day of chat traffic; how many instances per period: static vs adaptive vs oracle
   training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
   edge-stream       a camera stream whose uplink swings (an edge scenario); static splits vs adaptive vs oracle
   sweep             training-link and edge-stream x seeds x every policy on a pool of worker processes
@@ -20,6 +21,8 @@ HELP = """scenarios:
 examples:
   trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
   trinity simulate serving --trace data/traces/mooncake_conversation_trace.jsonl --model llama-3.1-8b --instances 8
+  trinity simulate diurnal-serving                       (llama-3.1-8b on up to 6 L4s; about 3 minutes)
+  trinity simulate diurnal-serving --day 1200 --period-s 30 --policy static:5,adaptive,oracle
   trinity simulate training-link                         (the built-in degrading link)
   trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
   trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)
@@ -54,8 +57,15 @@ def add_parser(sub: Any) -> None:
         "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
     )
     p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
-    p.add_argument("--model", default="llama-3.1-70b", help="prefill-cluster / serving: catalog model")
-    p.add_argument("--device", default="h100-sxm", help="device (prefill-cluster: 8 per instance; serving: 1)")
+    p.add_argument("--model", help="catalog model (default llama-3.1-70b; diurnal-serving: llama-3.1-8b)")
+    p.add_argument(
+        "--device",
+        help="device (prefill-cluster: 8 per instance; serving: 1; default h100-sxm; diurnal-serving: 1, default l4)",
+    )
+    p.add_argument("--day", type=float, default=9600.0, help="diurnal-serving: seconds of the day (default 9600)")
+    p.add_argument("--period-s", type=float, default=240.0, help="diurnal-serving: seconds a plan holds (default 240)")
+    p.add_argument("--rate", type=float, default=3.0, help="diurnal-serving: peak requests/s (default 3)")
+    p.add_argument("--max-instances", type=int, default=6, help="diurnal-serving: instances at most (default 6)")
     p.add_argument(
         "--prefill-instances", type=int, default=0, help="serving: disaggregate, this many prefill-only instances"
     )
@@ -75,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return _serving(args)
     if args.scenario == "edge-stream":
         return _edge(args)
+    if args.scenario == "diurnal-serving":
+        return _diurnal(args)
     if args.scenario == "sweep":
         return _sweep(args)
     return _training(args)
@@ -187,6 +199,7 @@ def _serving(args: argparse.Namespace) -> int:
         raise SpecError("--trace", None, "a request trace (JSONL) for serving")
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
+    args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"
     m, d = catalog.model(args.model), catalog.device(args.device)
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
@@ -249,6 +262,49 @@ def _serving(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diurnal(args: argparse.Namespace) -> int:
+    from aitrinity import catalog
+    from aitrinity.sim.autoscale import Autoscale, compare_autoscale, simulate_autoscale, table
+    from aitrinity.sim.serving import for_device
+    from aitrinity.sim.workload import diurnal_chat, generate
+
+    model, device = args.model or "llama-3.1-8b", args.device or "l4"
+    m, d = catalog.model(model), catalog.device(device)
+    for name, value in (("--day", args.day), ("--period-s", args.period_s), ("--rate", args.rate)):
+        if value <= 0:
+            raise SpecError(name, value, "a positive number")
+    if args.max_instances < 1:
+        raise SpecError("--max-instances", args.max_instances, "at least 1")
+    if args.period_s > args.day:
+        raise SpecError("--period-s", args.period_s, f"at most the day ({args.day:g} s)")
+    a = Autoscale(period_s=args.period_s, max_instances=args.max_instances)
+    reqs = generate(diurnal_chat(args.day, args.rate), seed=args.seed)
+    t = table(reqs, m, for_device(d), a)
+    progress = Progress(args.quiet)
+    progress.say(f"simulating {len(reqs):,} requests in {len(t.periods)} periods on 1-{a.max_instances} x {device}")
+    if args.policy == "all":
+        results = compare_autoscale(t, a, progress=lambda i, n: progress.step(i, n, "policies"))
+    else:
+        results = [simulate_autoscale(t, p.strip(), a) for p in args.policy.split(",")]
+    if args.json:
+        print(dump([r.model_dump(mode="json") for r in results]))
+        return 0
+    print(
+        f"diurnal serving: {model} on 1-{a.max_instances} x {device}, a {args.day:g} s day (5-100% of "
+        f"{args.rate:g} requests/s) in {args.period_s:g} s periods, {len(reqs):,} requests; objective: $1 an "
+        f"instance-hour + ${a.penalty_usd:g} a request missing TTFT 2 s / TPOT 100 ms"
+    )
+    by = {r.policy: r.objective_usd for r in results}
+    static = [v for k, v in by.items() if k.startswith("static:")]
+    best, oracle = (min(static) if static else None), by.get("oracle")
+    for r in sorted(results, key=lambda r: r.objective_usd):
+        print(
+            f"  {r.policy:10s} ${r.objective_usd:8.3f}  {r.instance_hours:6.2f} instance-h  missed {r.missed:5,}  "
+            f"switches {r.switches:3}  {_versus(r.policy, r.objective_usd, best, oracle)}"
+        )
+    return 0
+
+
 def _say(args: argparse.Namespace, msg: str) -> None:
     Progress(args.quiet).say(msg)
 
@@ -264,6 +320,7 @@ def _prefill(args: argparse.Namespace) -> int:
     caches = [c.strip() for c in args.cache.split(",") if c.strip()]
     if not caches or any(c not in ("local", "global") for c in caches):
         raise SpecError("--cache", args.cache, "local, global or local,global")
+    args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"
     m, d = catalog.model(args.model), catalog.device(args.device)
     capacity = int(units.parse_count(args.capacity))
     reqs = traces.load(args.trace)

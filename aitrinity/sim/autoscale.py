@@ -8,12 +8,14 @@ instance-hours at ``price_per_instance_hour`` plus ``penalty_usd`` for every
 request that misses its TTFT or TPOT objective or is rejected.
 
 - ``static:N``: N instances all day;
-- ``adaptive``: before each period the Controller predicts the cost of every N
-  by replaying the *previous* period's requests -- the traffic it has just
-  observed -- on N instances through the same simulator, their arrivals
-  ``headroom`` times as fast (a missed request costs more than an idle
-  instance-period, so it plans for more load than it saw); it switches with a
-  10% margin;
+- ``adaptive``: before each period the Controller forecasts the period's
+  arrival count from the counts it has observed (Holt's linear trend: a
+  smoothed level plus a smoothed trend), provisions for that forecast plus
+  ``quantile_z`` Poisson standard deviations (a missed request costs more than
+  an idle instance-period), and predicts the cost of every N by replaying each
+  of the last ``history`` periods' requests -- the traffic it has seen -- on N
+  instances through the same simulator, their arrivals scaled to the
+  provisioned count, averaging the costs; it switches with a 10% margin;
 - ``oracle``: for each period the N with the least cost on that period's own
   requests, in hindsight.
 
@@ -23,7 +25,8 @@ Every (period, N, load factor) is simulated once and shared by all policies.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from aitrinity.control import Controller
@@ -41,7 +44,15 @@ class Autoscale:
     price_per_instance_hour: float = 1.0
     penalty_usd: float = 0.01
     """Lost value of one request that misses its SLO (or is rejected)."""
-    headroom: float = 1.5
+    quantile_z: float = 1.5
+    """Provision for the forecast count plus this many standard deviations (Poisson: its square root)."""
+    history: int = 2
+    """Past periods replayed for each prediction; more average out their bursts but look further back."""
+    margin: float = 0.1
+    """The Controller's hysteresis: switch only for a predicted saving above this share of the current cost."""
+    level_weight: float = 0.5
+    trend_weight: float = 0.3
+    """Holt's smoothing weights for the level and the trend of the arrival count (Holt 1957)."""
 
 
 class AutoscaleResult(Result):
@@ -94,8 +105,10 @@ def periods(reqs: Sequence[TraceRequest], period_s: float) -> list[list[TraceReq
 
 
 def table(requests: Sequence[TraceRequest], m: ModelSpec, base: ServingConfig, a: Autoscale) -> Table:
-    if a.period_s <= 0 or a.max_instances < 1 or a.headroom <= 0:
-        raise ValueError("period_s, max_instances and headroom must be positive")
+    if a.period_s <= 0 or a.max_instances < 1 or a.history < 1 or a.quantile_z < 0:
+        raise ValueError("period_s, max_instances and history must be positive, quantile_z not negative")
+    if not (0 < a.level_weight <= 1 and 0 <= a.trend_weight <= 1):
+        raise ValueError("level_weight in (0, 1], trend_weight in [0, 1]")
     return Table(periods(requests, a.period_s), m, base, {})
 
 
@@ -114,7 +127,9 @@ def simulate_autoscale(t: Table, policy: str, a: Autoscale = Autoscale()) -> Aut
     def cost(n: int, k: int, load: float = 1.0) -> float:
         return n * a.price_per_instance_hour * hours + a.penalty_usd * t.get(k, n, load)
 
-    ctl = Controller([str(n) for n in options], str(a.max_instances), margin=0.1, patience=1)
+    ctl = Controller([str(n) for n in options], str(a.max_instances), margin=a.margin, patience=1)
+    counts = [len(p) for p in t.periods]
+    forecast = Holt(a.level_weight, a.trend_weight)
     chosen: list[int] = []
     for k in range(len(t.periods)):
         if fixed:
@@ -124,9 +139,14 @@ def simulate_autoscale(t: Table, policy: str, a: Autoscale = Autoscale()) -> Aut
         elif k == 0:
             n = a.max_instances  # nothing observed yet: the safe side
         else:
+            expected = max(1.0, forecast.update(counts[k - 1]))
+            provision = expected + a.quantile_z * math.sqrt(expected)
+            seen = [j for j in range(max(0, k - a.history), k) if counts[j]]
 
-            def predict(label: str, last: int = k - 1) -> float:
-                return cost(int(label), last, a.headroom)
+            def predict(label: str, seen: list[int] = seen, provision: float = provision) -> float:
+                if not seen:
+                    return int(label) * a.price_per_instance_hour * hours
+                return sum(cost(int(label), j, round(provision / counts[j], 2)) for j in seen) / len(seen)
 
             n = int(ctl.decide(predict).choice)
         chosen.append(n)
@@ -141,6 +161,34 @@ def simulate_autoscale(t: Table, policy: str, a: Autoscale = Autoscale()) -> Aut
     )
 
 
-def compare_autoscale(t: Table, a: Autoscale = Autoscale()) -> list[AutoscaleResult]:
+@dataclass
+class Holt:
+    """Holt's linear-trend exponential smoothing of a series (Holt 1957; Hyndman & Athanasopoulos, *Forecasting:
+    Principles and Practice*, §8.2): ``update(x)`` takes the newest value and returns the one-step forecast."""
+
+    alpha: float
+    beta: float
+    level: float | None = None
+    trend: float = 0.0
+
+    def update(self, x: float) -> float:
+        if self.level is None:
+            self.level = x
+        else:
+            previous = self.level
+            self.level = self.alpha * x + (1 - self.alpha) * (previous + self.trend)
+            self.trend = self.beta * (self.level - previous) + (1 - self.beta) * self.trend
+        return self.level + self.trend
+
+
+def compare_autoscale(
+    t: Table, a: Autoscale = Autoscale(), progress: Callable[[int, int], None] | None = None
+) -> list[AutoscaleResult]:
+    """Every static count, adaptive and oracle; ``progress(done, total)`` after each policy."""
     names = [f"static:{n}" for n in range(1, a.max_instances + 1)] + ["adaptive", "oracle"]
-    return [simulate_autoscale(t, p, a) for p in names]
+    out = []
+    for i, p in enumerate(names, 1):
+        out.append(simulate_autoscale(t, p, a))
+        if progress:
+            progress(i, len(names))
+    return out

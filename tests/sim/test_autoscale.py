@@ -36,3 +36,40 @@ def test_periods_and_policy_errors(day):
         simulate_autoscale(t, "static:9", a)
     with pytest.raises(SpecError, match="adaptive or oracle"):
         simulate_autoscale(t, "greedy", a)
+
+
+def test_holt_forecast_follows_a_linear_trend_exactly():
+    from aitrinity.sim.autoscale import Holt
+
+    h = Holt(0.5, 0.3)
+    assert h.update(10) == 10
+    for x in (12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40):
+        f = h.update(x)
+    assert f == pytest.approx(42, rel=0.02)  # converges on level + trend
+    flat = Holt(0.5, 0.3)
+    assert [flat.update(7) for _ in range(5)] == [7, 7, 7, 7, 7]
+
+
+def test_adaptive_decides_on_the_past_only(day):
+    """Its choice for period k is the same whatever the periods after k hold (the oracle's is not)."""
+    from aitrinity.sim.autoscale import Table
+
+    t, a = day
+    k = len(t.periods) // 2
+    future_blind = Table([*t.periods[: k + 1], *([[]] * (len(t.periods) - k - 1))], t.model, t.base, dict(t.missed))
+    full = simulate_autoscale(t, "adaptive", a).instances
+    cut = simulate_autoscale(future_blind, "adaptive", a).instances
+    assert full[: k + 1] == cut[: k + 1]
+
+
+def test_diurnal_serving_cli_json(capsys):
+    import json
+
+    from aitrinity.cli.main import main
+
+    args = ["simulate", "diurnal-serving", "--day", "600", "--period-s", "60", "--max-instances", "3", "--quiet"]
+    assert main([*args, "--json"]) == 0
+    res = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(res) == {"static:1", "static:2", "static:3", "adaptive", "oracle"}
+    assert res["oracle"]["objective_usd"] <= min(r["objective_usd"] for r in res.values())
+    assert main([*args, "--period-s", "0"]) == 2
