@@ -15,6 +15,14 @@ from pathlib import Path
 
 from aitrinity.errors import SpecError
 
+CONVERSATION_TRACE = Path("data/traces/mooncake_conversation_trace.jsonl")
+"""Where the conversation trace lies in a checkout of the repository (relative to its root)."""
+
+
+def conversation_trace() -> Path | None:
+    """The conversation trace when run from a checkout's root (the report's and the what-if page's default)."""
+    return CONVERSATION_TRACE.resolve() if CONVERSATION_TRACE.is_file() else None
+
 
 @dataclass(frozen=True)
 class TraceRequest:

@@ -9,8 +9,8 @@ from typing import Any
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
+from aitrinity.traces import CONVERSATION_TRACE, conversation_trace
 
-DEFAULT_TRACE = Path("data/traces/mooncake_conversation_trace.jsonl")
 HELP = f"""examples:
   trinity report -o report.html                     every built-in example (what the README's first command runs)
   trinity report llama-70b-training-h100 --set link=25Gbit/s -o what-if.html
@@ -18,7 +18,7 @@ HELP = f"""examples:
   trinity report --json > report.json               the report's numbers, no HTML unless -o is given
 
 The page has no script and loads nothing: it opens offline and prints. Each chart's numbers
-are in the table under it. The hit-rate curve replays --trace (default: {DEFAULT_TRACE}
+are in the table under it. The hit-rate curve replays --trace (default: {CONVERSATION_TRACE}
 when it exists, as in a checkout of this repository).
 """
 
@@ -36,7 +36,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenario files or built-in names (default: all)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default report.html)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="what-if change")
-    p.add_argument("--trace", metavar="FILE", help=f"request trace for the hit-rate curve (default {DEFAULT_TRACE})")
+    p.add_argument(
+        "--trace", metavar="FILE", help=f"request trace for the hit-rate curve (default {CONVERSATION_TRACE})"
+    )
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="leave the simulation out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the report's data as JSON (HTML only with -o)")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     say = Progress(args.quiet).say
 
-    trace = Path(args.trace) if args.trace else (DEFAULT_TRACE if DEFAULT_TRACE.is_file() else None)
+    trace = Path(args.trace) if args.trace else conversation_trace()
     if trace is not None and not trace.is_file():
         raise SpecError("--trace", args.trace, "an existing request trace file (Mooncake JSONL)")
     refs = args.scenarios or api.builtin_scenarios()

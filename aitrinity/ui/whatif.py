@@ -9,11 +9,11 @@ exactly the message ``trinity diagnose SCENARIO --set ...`` prints.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from aitrinity import api, catalog
 from aitrinity.cost.diagnosis import Diagnosis
@@ -23,6 +23,7 @@ from aitrinity.plan.report import PlanReport
 from aitrinity.plan.search_serving import ServingChoice
 from aitrinity.plan.split import EdgePlanReport
 from aitrinity.report import figures as rb
+from aitrinity.traces import conversation_trace
 from aitrinity.units import format_time
 
 CACHE_STOPS = ("none", "64GiB", "128GiB", "256GiB", "512GiB", "1TiB", "2TiB", "4TiB")
@@ -38,7 +39,7 @@ class Form(BaseModel):
     model: str | None = None
     device: str | None = None
     link: str | None = None
-    gpus: int | None = Field(default=None)
+    gpus: int | None = None
     batch: int | None = None
     context: int | None = None
     bandwidth: str | None = None
@@ -110,15 +111,8 @@ def defaults(scenario: str) -> dict[str, Any]:
         "context": w.serving.prompt_tokens,
         "bandwidth_Mbps": s.host_link.bandwidth_Bps * 8 / 1e6,
         "controls": ["model", "device", "gpus", "batch", "context", "bandwidth"]
-        + (["cache"] if trace_path() is not None else []),
+        + (["cache"] if conversation_trace() is not None else []),
     }
-
-
-def trace_path() -> Path | None:
-    """The request trace the cache slider replays (this repository's conversation trace), if present."""
-    from aitrinity.cli.report import DEFAULT_TRACE
-
-    return DEFAULT_TRACE.resolve() if DEFAULT_TRACE.is_file() else None
 
 
 def overrides(form: Form, kind: str) -> list[str]:
@@ -146,7 +140,7 @@ def overrides(form: Form, kind: str) -> list[str]:
         key = {"edge": "uplink", "training": "inter_node_bandwidth", "serving": "host_bandwidth"}[kind]
         out.append(f"{key}={form.bandwidth}")
     if form.cache and kind == "serving":
-        trace = trace_path()
+        trace = conversation_trace()
         if trace is None:
             raise SpecError("cache", form.cache, "a request trace to replay (data/traces/ of this repository)")
         if form.cache == "none":
@@ -237,11 +231,11 @@ def options() -> dict[str, Any]:
         "models": catalog.names("models"),
         "devices": catalog.names("devices"),
         "links": catalog.names("links"),
-        "cache_stops": list(CACHE_STOPS) if trace_path() is not None else [],
+        "cache_stops": list(CACHE_STOPS) if conversation_trace() is not None else [],
     }
 
 
-def warm(progress: Any = None) -> None:
+def warm(progress: Callable[[str], None] | None = None) -> None:
     """Replay the cache slider's stops once, so that moving it answers from the memoized replays."""
     for s, d in options()["scenarios"].items():
         if "cache" in d["controls"]:
