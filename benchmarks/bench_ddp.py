@@ -1,7 +1,8 @@
 """Compressed data-parallel training on real gloo ranks (issue 5): accuracy and step time vs the cost model.
 
 Part 1, accuracy: 2 workers, each compressor (error feedback on for top-k and
-sign), 3 seeds, on scikit-learn's digits and on the generated 20-class task;
+sign; top-k and PowerSGD also inside an fp16 cast wrapper), 3 seeds, on
+scikit-learn's digits and on the generated 20-class task;
 mean test accuracy next to uncompressed training, and two broken variants
 (top-k and sign without error feedback) to show the task separates them.
 
@@ -44,6 +45,8 @@ ACCURACY = [
     ("topk", {"density": 0.05}),
     ("sign", {}),
     ("powersgd", {}),
+    ("topk", {"density": 0.01, "cast": "fp16"}),
+    ("powersgd", {"cast": "fp16"}),
     ("topk", {"density": 0.01, "error_feedback": False}),
     ("sign", {"error_feedback": False}),
 ]
@@ -54,6 +57,8 @@ def label(method: str, extra: dict[str, Any]) -> str:
     out = method
     if "density" in extra:
         out += f" {extra['density']:g}"
+    if extra.get("cast"):
+        out += f" in {extra['cast']} cast"
     if extra.get("error_feedback") is False:
         out += " (no EF)"
     return out
@@ -71,9 +76,8 @@ def accuracy(seeds: int) -> list[dict[str, Any]]:
         res = run_workers(runs, world=2, task=task, timeout_s=3600)[0]
         acc: dict[str, list[float]] = defaultdict(list)
         for cfg, r in zip(runs, res, strict=True):
-            acc[label(cfg["method"], {k: v for k, v in cfg.items() if k in ("density", "error_feedback")})].append(
-                r["test_accuracy"]
-            )
+            extra = {k: v for k, v in cfg.items() if k in ("density", "error_feedback", "cast")}
+            acc[label(cfg["method"], extra)].append(r["test_accuracy"])
         base = statistics.mean(acc["none"])
         for name, v in acc.items():
             mean = statistics.mean(v)

@@ -13,6 +13,7 @@ HELP = """examples:
   trinity train-demo --workers 2 --link 100mbit --compressor auto
   trinity train-demo --compressor topk --density 0.05 --task generated --epochs 5
   trinity train-demo --link 1gbit --compressor int8 --steps 50 --json
+  trinity train-demo --compressor powersgd --cast fp16 --steps 20
 
 --link runs the workers in a private network namespace whose loopback is rate-limited with tc tbf
 (root only); 'unlimited' is a namespace without a limit; without --link the host's loopback is used.
@@ -38,6 +39,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--epochs", type=int, default=5, help="epochs when --steps is not given (default 5)")
     p.add_argument("--hidden", type=int, default=1024, help="MLP width (default 1024: ~1.1M parameters)")
     p.add_argument("--density", type=float, default=0.01, help="top-k density (default 0.01)")
+    p.add_argument(
+        "--cast",
+        choices=["fp16", "bf16"],
+        help="run the compressor inside a cast wrapper (PyTorch's fp16_compress_wrapper or its bf16 twin)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
@@ -67,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
         "steps": args.steps,
         "hidden": args.hidden,
         "density": args.density,
+        "cast": args.cast,
     }
     where = f"a {args.link} link" if args.link else "the host loopback"
-    Progress(args.quiet).say(f"training with {args.workers} workers over {where}, compressor {args.compressor}")
+    comp = args.compressor + (f" inside a {args.cast} cast" if args.cast else "")
+    Progress(args.quiet).say(f"training with {args.workers} workers over {where}, compressor {comp}")
     res = run_workers([run_cfg], world=args.workers, task=args.task, link=args.link)
     r = res[0][0]
     if args.json:
@@ -104,7 +112,8 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
         )
     s = r["stats"]
     lines = [
-        f"{args.task}: {r['steps']} steps, {args.workers} workers, link {args.link or 'host loopback'}",
+        f"{args.task}: {r['steps']} steps, {args.workers} workers, link {args.link or 'host loopback'}"
+        + (f", gradients cast to {args.cast} around the compressor" if args.cast else ""),
         *_table(rows),
     ]
     if len(recs) > len(shown):

@@ -34,6 +34,14 @@ steps) and are saved and restored with ``state_dict``/``load_state_dict``
 parameter order whatever order DDP laid it out in, so a run restored from a
 checkpoint continues bit-identically (tested for topk, sign and int8).
 
+Hooks compose the way PyTorch's do: ``cast_wrapper('fp16')(hook)`` is
+PyTorch's own ``fp16_compress_wrapper``, which hands the inner hook the bucket
+in half precision and casts its result back. ``compression_hook`` sends what
+it does not quantize in the bucket's dtype (a plain all-reduce, top-k values),
+so the wrapper halves those bytes (``cost.grad_compression.message`` with
+``grad_bytes=2``), and PowerSGD inside it runs in fp16. ``register(model,
+state, cast='fp16')`` installs the composition.
+
 A non-finite gradient entry is never sent: it is zeroed before encoding,
 left out of the residual, counted in ``stats.nonfinite_elements`` and flagged
 in ``state.found_nonfinite`` for the training loop to skip the step on every
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,15 +232,17 @@ class _Exchange:
 
 
 def _exchange(
-    state: CompressionState, method: str, acc: torch.Tensor, ex: _Exchange
+    state: CompressionState, method: str, acc: torch.Tensor, ex: _Exchange, wire: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The averaged gradient over ranks, and this rank's own message decoded (its compression error is the
-    difference to ``acc``; error feedback keeps that difference)."""
+    difference to ``acc``; error feedback keeps that difference). ``acc`` is fp32; ``wire`` is the bucket's
+    own dtype, in which uncompressed and top-k values travel."""
     n, w = acc.numel(), state.world
-    if method == "none":
-        t = acc.clone()
+    if method == "none":  # in the bucket's dtype (a cast wrapper's fp16 travels as fp16)
+        t = acc.to(wire, copy=True)
+        sent = acc if wire == torch.float32 else t.float()
         ex.all_reduce(t)
-        return t / w, acc
+        return t.float() / w, sent
     if method in ("fp16", "bf16"):
         t = acc.to(torch.float16 if method == "fp16" else torch.bfloat16)
         sent = t.float()
@@ -244,8 +255,8 @@ def _exchange(
         sent = _dequantize(q, scale)[:n]
         # all-to-all: chunk j (values and scales) to rank j; the scales ride in the same message
         chunk = p // w
-        wire = torch.cat([q.view(w, chunk), scale.view(torch.int8).view(w, -1)], dim=1).contiguous().view(-1)
-        got = ex.all_to_all(wire).view(w, -1)
+        msg = torch.cat([q.view(w, chunk), scale.view(torch.int8).view(w, -1)], dim=1).contiguous().view(-1)
+        got = ex.all_to_all(msg).view(w, -1)
         mine = sum(_dequantize(got[r, :chunk], got[r, chunk:].clone().view(torch.float32)) for r in range(w))
         q2, s2 = _quantize(torch.as_tensor(mine) / w, state.generator)
         parts = ex.all_gather(torch.cat([q2, s2.view(torch.int8)]), count=False)
@@ -254,13 +265,13 @@ def _exchange(
     if method == "topk":
         k = topk_count(n, state.density)
         idx = acc.abs().topk(k, sorted=False).indices
-        vals = acc[idx]
+        vals = acc[idx].to(wire)  # values in the bucket's dtype, int32 indices first (aligned views)
         sent = torch.zeros_like(acc)
-        sent[idx] = vals
-        msg = torch.cat([vals.float().view(torch.int32), idx.to(torch.int32)])
+        sent[idx] = vals.float()
+        msg = torch.cat([idx.to(torch.int32).view(torch.uint8), vals.view(torch.uint8)])
         out = torch.zeros_like(acc)
         for m in ex.all_gather(msg):
-            out.index_add_(0, m[k:].long(), m[:k].view(torch.float32))
+            out.index_add_(0, m[: 4 * k].view(torch.int32).long(), m[4 * k :].view(wire).float())
         return out / w, sent
     if method == "sign":
         scales = _sign_scales(acc)
@@ -319,7 +330,7 @@ def compress_bucket(
     res = _residual(state, index, parts, g) if ef else None
     acc = g + res if res is not None else g
     ex = _Exchange(state)
-    avg, sent = _exchange(state, method, acc, ex)
+    avg, sent = _exchange(state, method, acc, ex, grad.dtype)
     lost = acc - sent
     if ef:
         _keep_residual(state, index, parts, lost)
@@ -376,13 +387,13 @@ def _powersgd(state: CompressionState, bucket: Any) -> torch.futures.Future[torc
     psgd = state._psgd
     compressing = psgd.iter >= psgd.start_powerSGD_iter
     before = psgd.total_numel_after_compression
-    n = bucket.buffer().numel()
+    n, size = bucket.buffer().numel(), bucket.buffer().element_size()
     t0 = time.perf_counter()
     out = ps.powerSGD_hook(psgd, bucket).wait()
     s = state.stats
     s.comm_s += time.perf_counter() - t0
     elems = psgd.total_numel_after_compression - before if compressing else n
-    payload = elems * 4
+    payload = elems * size  # fp32, or fp16/bf16 under a cast wrapper
     state.bucket_numels[bucket.index()] = n
     state.step_buckets.append(n)
     s.buckets += 1
@@ -402,6 +413,55 @@ compression_hook.__annotations__.update(
 )
 
 
-def register(model: torch.nn.parallel.DistributedDataParallel, state: CompressionState) -> None:
+Hook = Callable[[Any, Any], "torch.futures.Future[torch.Tensor]"]
+CASTS = ("fp16", "bf16")
+
+
+def _bf16_cast_wrapper(hook: Hook) -> Hook:
+    """PyTorch's ``bf16_compress_wrapper``, line for line, under another name: DDP refuses a hook *named*
+    ``bf16_compress_wrapper_hook`` unless CUDA + NCCL 2.10 are present, although gloo all-reduces bf16."""
+
+    def bf16_cast_hook(hook_state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        bucket.set_buffer(bucket.buffer().to(torch.bfloat16))
+        fut = hook(hook_state, bucket)
+
+        def back(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            out: torch.Tensor = bucket.buffer()
+            out.copy_(f.value())
+            return out
+
+        return fut.then(back)
+
+    bf16_cast_hook.__annotations__.update(bucket=dist.GradBucket, **{"return": torch.futures.Future[torch.Tensor]})  # type: ignore[attr-defined]
+    return bf16_cast_hook
+
+
+def cast_wrapper(cast: str) -> Callable[[Hook], Hook]:
+    """hook -> hook: PyTorch's own ``fp16_compress_wrapper``, or its bf16 twin.
+
+    The wrapped hook gets the bucket cast to half precision and its result is
+    cast back, so it composes with ``compression_hook`` (fp16 top-k values:
+    ``k(2 + 4)`` bytes; a half-precision all-reduce for 'none') and with
+    PyTorch's own hooks (fp16 PowerSGD). An entry beyond fp16's range becomes
+    inf in the cast and is then reported as non-finite like any other. For
+    bf16 PyTorch's ``bf16_compress_wrapper`` cannot be used on gloo (DDP
+    checks the hook's name and demands CUDA + NCCL), so ``_bf16_cast_wrapper``
+    repeats it under another name.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    wrappers = {"fp16": default_hooks.fp16_compress_wrapper, "bf16": _bf16_cast_wrapper}
+    if cast not in wrappers:
+        raise ValueError(f"unknown cast {cast!r}: expected one of {', '.join(CASTS)}")
+    return wrappers[cast]
+
+
+def register(
+    model: torch.nn.parallel.DistributedDataParallel, state: CompressionState, *, cast: str | None = None
+) -> None:
+    """Install ``compression_hook`` on a DDP model, inside PyTorch's cast wrapper when ``cast`` is given."""
     state.param_index = {id(p): i for i, p in enumerate(model.module.parameters())}
-    model.register_comm_hook(state, compression_hook)
+    hook: Hook = compression_hook
+    if cast is not None:
+        hook = cast_wrapper(cast)(hook)
+    model.register_comm_hook(state, hook)

@@ -43,6 +43,8 @@ class Run:
     lr: float = 0.05
     density: float = 0.01
     error_feedback: bool | None = None
+    cast: str | None = None
+    """'fp16' or 'bf16': the hook runs inside PyTorch's cast wrapper (``hooks.cast_wrapper``)."""
     hidden: int = 256
     powersgd_rank: int = 4
     checkpoint_at: int | None = None
@@ -110,8 +112,12 @@ class Telemetry:
     probe -- gloo on a fast loopback is far from linear in message size.
     """
 
-    def __init__(self, options: list[str], world: int, density: float, weight: float = 0.3) -> None:
+    def __init__(
+        self, options: list[str], world: int, density: float, weight: float = 0.3, cast: str | None = None
+    ) -> None:
         self.options, self.world, self.density, self.w = options, world, density, weight
+        self.grad_dtype = {None: torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[cast]
+        """The dtype buckets reach the hook in (a cast wrapper's), for the probes and the byte model."""
         self.alpha_s = 0.0
         self.bandwidth_Bps = 1.0
         self.compute_s: float | None = None
@@ -129,7 +135,7 @@ class Telemetry:
             for _ in range(2):  # the first round warms the codec up; keep the faster round's codec time
                 st = hooks.CompressionState(m, density=self.density)
                 for i, n in enumerate(numels):
-                    hooks.compress_bucket(st, i, torch.randn(n))
+                    hooks.compress_bucket(st, i, torch.randn(n).to(self.grad_dtype))
                 if best is None or st.stats.codec_s < best.codec_s:
                     best = st.stats
             assert best is not None
@@ -181,6 +187,7 @@ class Telemetry:
             latency_s=self.alpha_s,
             compute_s=self.compute_s,
             codec_s_per_element=self.codec.get(method, 0.0),
+            grad_bytes=self.grad_dtype.itemsize,
             density=self.density,
         )
 
@@ -196,7 +203,7 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
         seed=run.seed,
         rank=run.powersgd_rank,
     )
-    hooks.register(ddp, state)
+    hooks.register(ddp, state, cast=run.cast)
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
     x, y = task.x_train[rank::world], task.y_train[rank::world]
     per_epoch = math.ceil(len(x) / run.batch)
@@ -207,7 +214,7 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
         step = _load(ckpt, model, opt, state)
     numels = [p.numel() for p in model.parameters()]
     ctl = Controller(run.options, "none") if auto else None
-    tele = Telemetry(run.options, world, run.density) if auto else None
+    tele = Telemetry(run.options, world, run.density, cast=run.cast) if auto else None
     records, skipped = [], 0
     if run.inject_nan_at is not None and rank == 0:
         first = next(model.parameters())
@@ -238,7 +245,7 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
         comm, codec = s.comm_s - before.comm_s, s.codec_s - before.codec_s
         rec: dict[str, Any] = {
             "step": step,
-            "loss": float(loss),
+            "loss": loss.item(),
             "method": state.method,
             "step_s": step_s,
             "compute_s": step_s - comm - codec,
@@ -283,6 +290,7 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
             _save(ckpt, model, opt, state, step)
     return {
         "method": run.method,
+        "cast": run.cast,
         "seed": run.seed,
         "rank": rank,
         "steps": step,

@@ -18,6 +18,7 @@ def runs(tmp_path_factory):
     plain = [{"method": m, "steps": 3, "density": 0.02, "hidden": 64} for m in METHODS]
     nan = [{"method": "topk", "steps": 6, "hidden": 64, "inject_nan_at": 3}]
     psgd = [{"method": "powersgd", "steps": 4, "hidden": 64}]
+    cast = [{"method": m, "steps": 3, "density": 0.02, "hidden": 64, "cast": c} for m, c in CASTS]
     resume = []
     for m in ("topk", "sign", "int8"):
         (ck / m).mkdir()
@@ -26,7 +27,10 @@ def runs(tmp_path_factory):
             {"method": m, "steps": 10, "hidden": 64, "checkpoint_at": 5, "checkpoint_dir": d, "record_steps": False},
             {"method": m, "steps": 10, "hidden": 64, "resume": True, "checkpoint_dir": d, "record_steps": False},
         ]
-    return run_workers([*plain, *nan, *resume, *psgd], world=2, task="digits")
+    return run_workers([*plain, *nan, *resume, *psgd, *cast], world=2, task="digits")
+
+
+CASTS = [("none", "fp16"), ("topk", "fp16"), ("topk", "bf16"), ("int8", "fp16"), ("sign", "bf16"), ("powersgd", "fp16")]
 
 
 def test_bytes_per_step_equal_the_formula(runs):
@@ -44,12 +48,28 @@ def test_powersgd_wraps_pytorch_and_its_bytes_follow_the_formula(runs):
 
     shapes = [(64, 64), (64,), (64, 64), (64,), (10, 64), (10,)]  # the MLP: 64 features, hidden 64, 10 classes
     for rank in (0, 1):
-        r = runs[rank][-1]
+        r = runs[rank][-1 - len(CASTS)]
         assert r["method"] == "powersgd" and r["records"][0]["buckets"] == [8970]
         # PyTorch's powerSGD_hook all-reduces plainly until start_powerSGD_iter (2, its minimum)
         assert [x["payload_bytes"] for x in r["records"][:2]] == [8970 * 4] * 2
         for rec in r["records"][2:]:
             assert rec["payload_bytes"] == powersgd_message(shapes, 2, rank=4).payload_bytes == 1458 * 4
+
+
+def test_hooks_compose_with_pytorchs_cast_wrappers(runs):
+    """fp16/bf16 wrappers around our hook and PyTorch's PowerSGD: half-precision values, exact bytes, trained."""
+    for rank in (0, 1):
+        for (method, cast), r in zip(CASTS, runs[rank][-len(CASTS) :], strict=True):
+            assert (r["method"], r["cast"]) == (method, cast)
+            assert r["params_finite"] and r["records"][-1]["loss"] < r["records"][0]["loss"] * 1.5
+            for rec in r["records"]:
+                if method == "powersgd":
+                    want = [8970 * 2] if rec["step"] < 2 else [1458 * 2]
+                else:
+                    want = [message(method, n, 2, grad_bytes=2, density=0.02).payload_bytes for n in rec["buckets"]]
+                assert rec["payload_bytes"] == sum(want), (method, cast, rec)
+    plain_topk = runs[0][METHODS.index("topk")]["records"][0]["payload_bytes"]
+    assert runs[0][-len(CASTS) + 1]["records"][0]["payload_bytes"] * 8 == plain_topk * 6  # k(2+4) vs k(4+4)
 
 
 def test_every_method_keeps_ranks_identical(runs):
