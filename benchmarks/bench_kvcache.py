@@ -1,11 +1,16 @@
 """The KV-cache store against its physical references, each measured in the same run (issue 4).
 
 - memory tier put (at capacity: each put evicts) / get(+copy out) for 1-32 MiB blocks vs ``memcpy`` (numpy copyto
-  into a warm buffer); goal >= 50%. Also put while filling (fresh pages) vs a copy into a new buffer.
+  into a warm buffer); goal >= 50%. Also put vs the same copy cycling through the 5 buffers a 4-block tier at
+  capacity writes into, and put while filling (fresh pages) vs a copy into a new buffer.
 - disk tier read (read + checksum) vs a plain sequential read of the same file (page cache warm for both); goal >= 50%
 - Redis tier get / put vs ``redis-benchmark`` (1 client, no pipelining, same value size); goal >= 50%
 - block-index lookups per second with 100k cached blocks; goal >= 1M blocks/s
 - CPU time-to-first-token with vs without reuse, tiny Llama (transformers), 90% shared prefix; goal >= 5x lower
+- TTFT against the share of the prompt reused (0-90%, memory tier): measured TTFT / no-reuse TTFT next to the
+  prefill compute left by the cost model (``cost.kv_reuse.prefill_flops``, with a causal kernel and with the
+  masked kernel transformers runs after a loaded prefix), and the TTFT when the load-vs-recompute decision is
+  asked first
 
     python benchmarks/bench_kvcache.py [--quick] [--json] [--skip redis,ttft]
 """
@@ -57,6 +62,11 @@ def _memory_row(size: int, repeat: int) -> dict[str, float]:
     src = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
     dst = np.empty_like(src)
     memcpy = size / best(lambda: np.copyto(dst, src), repeat)
+    # the same copy into the buffers a 4-block tier at capacity cycles through (4 resident + the one being
+    # written): a cache always writes into its coldest buffer, which the one-buffer memcpy never does
+    ring = [np.ones_like(src) for _ in range(5)]
+    turn = iter(range(10**9))
+    memcpy_ring = size / best(lambda: np.copyto(ring[next(turn) % 5], src), repeat)
     kept: list[np.ndarray] = []
     fresh_copy = size / best(lambda: kept.append(np.array(src, copy=True)), repeat)  # new pages each time
     kept.clear()
@@ -79,6 +89,8 @@ def _memory_row(size: int, repeat: int) -> dict[str, float]:
         "put_GBps": put / 1e9,
         "get_copy_GBps": get / 1e9,
         "put_vs_memcpy": put / memcpy,
+        "memcpy_ring_GBps": memcpy_ring / 1e9,
+        "put_vs_memcpy_ring": put / memcpy_ring,
         "get_vs_memcpy": get / memcpy,
         "fresh_copy_GBps": fresh_copy / 1e9,
         "put_filling_GBps": put_fill / 1e9,
@@ -245,23 +257,87 @@ def ttft(prompt_tokens: int, shared: float, repeat: int) -> dict[str, float] | s
         for name, tier in (("memory", MemoryTier()), ("disk", DiskTier(d, "ttft", fsync=False))):
             store = KVStore([TierConfig(tier, None)])
             lm = PrefixCachedLM(model, store, keyer_for(model, block_tokens=block))
-            lm.generate(prompts[0], 1)  # stores the shared prefix
-            cold = [lm.generate(p, 1, reuse=False).ttft_s for p in prompts[1:]]
-            warm = [lm.generate(p, 1) for p in prompts[1:]]
+            lm.generate(prompts[0], 1)  # stores the shared prefix (and warms the model up)
+            cold, warm = [], []
+            for p in prompts[1:]:  # alternated, so drifts of this VM's speed hit both alike
+                cold.append(lm.generate(p, 1, reuse=False))
+                warm.append(lm.generate(p, 1))
             assert all(w.reused_tokens == n_shared for w in warm)
-            for p, w in zip(prompts[1:], warm, strict=True):
-                assert w.tokens == lm.generate(p, 1, reuse=False).tokens
-            out["no_reuse_ttft_s"] = statistics.median(cold)
+            assert all(w.tokens == c.tokens for w, c in zip(warm, cold, strict=True))
+            out[f"{name}_no_reuse_ttft_s"] = statistics.median(c.ttft_s for c in cold)
             out[f"{name}_reuse_ttft_s"] = statistics.median(w.ttft_s for w in warm)
-            out[f"{name}_speedup"] = out["no_reuse_ttft_s"] / out[f"{name}_reuse_ttft_s"]
+            out[f"{name}_speedup"] = out[f"{name}_no_reuse_ttft_s"] / out[f"{name}_reuse_ttft_s"]
     return out
+
+
+def ttft_sweep(prompt_tokens: int, shares: list[float], repeat: int) -> list[dict[str, float | str]] | str:
+    """TTFT with the first ``share`` of the prompt reused from the memory tier, relative to no reuse.
+
+    Next to it: the prefill compute left by the cost model with a causal kernel and with the kernel
+    transformers' SDPA path really runs once a prefix is loaded (every score computed:
+    ``prefill_flops(masked_past=True)``), and the TTFT when the load-vs-recompute decision is asked first
+    (``ReuseCost(masked_past=True)``, FLOP/s calibrated from the no-reuse runs).
+    """
+    try:
+        import torch
+
+        from aitrinity.cost.kv_reuse import prefill_flops
+        from aitrinity.systems.kvcache.decision import ReuseCost
+        from aitrinity.systems.kvcache.hf import PrefixCachedLM, keyer_for, model_spec, tiny_llama
+    except ImportError as e:
+        return f"skipped: {e}"
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    model = tiny_llama()
+    spec = model_spec(model)
+    block = 256
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randint(0, 2048, (prompt_tokens,), generator=gen).tolist()
+    store = KVStore([TierConfig(MemoryTier(), None)])
+    keyer = keyer_for(model, block_tokens=block)
+    lm = PrefixCachedLM(model, store, keyer)
+    lm.generate(base, 1)  # stores every full block of the base prompt; a prompt sharing L tokens hits L
+    full = prefill_flops(spec, 0, prompt_tokens)
+    prompts = {}  # reused tokens -> prompts sharing exactly that many leading tokens with the base
+    for share in shares:
+        shared = int(prompt_tokens * share) // block * block
+        rand = [torch.randint(0, 2048, (prompt_tokens - shared,), generator=gen).tolist() for _ in range(2 * repeat)]
+        prompts[shared] = [base[:shared] + r for r in rand]  # each is used once: a generation stores its blocks
+    lm_head = 2.0 * spec.vocab_size * spec.hidden_size
+    calib = statistics.median(lm.generate(p, 1, reuse=False).ttft_s for p in prompts[0][:repeat])
+    decided = PrefixCachedLM(
+        model, store, keyer, ReuseCost(spec, (full + lm_head) / calib, kv_dtype="fp32", masked_past=True)
+    )
+    rows: list[dict[str, float | str]] = []
+    for shared, ps in prompts.items():
+        cold, warm, chosen = [], [], []
+        for a, b in zip(ps[:repeat], ps[repeat:], strict=True):  # interleaved: this VM's drifts hit all three
+            cold.append(lm.generate(a, 1, reuse=False))
+            warm.append(lm.generate(a, 1))  # stores a's blocks, so the decision runs on a fresh prompt b
+            chosen.append(decided.generate(b, 1))
+        assert all(w.reused_tokens == shared for w in warm), [w.reused_tokens for w in warm]
+        assert all(c.reused_tokens in (0, shared) for c in chosen), [c.reused_tokens for c in chosen]
+        no_reuse = statistics.median(c.ttft_s for c in cold)
+        rows.append(
+            {
+                "reused_share": shared / prompt_tokens,
+                "no_reuse_ttft_s": no_reuse,
+                "ttft_vs_no_reuse": statistics.median(w.ttft_s for w in warm) / no_reuse,
+                "compute_left_causal": prefill_flops(spec, shared, prompt_tokens - shared) / full,
+                "compute_left_masked": prefill_flops(spec, shared, prompt_tokens - shared, masked_past=True) / full,
+                "decision": chosen[0].choice,
+                "decided_ttft_vs_no_reuse": statistics.median(c.ttft_s for c in chosen) / no_reuse,
+            }
+        )
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: memory,disk,redis,index,ttft")
+    ap.add_argument(
+        "--skip", default="", help="comma-separated sections to skip: memory,disk,redis,index,ttft,ttft_sweep"
+    )
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     sizes = [MiB, 4 * MiB, 32 * MiB] if a.quick else [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB]
@@ -273,6 +349,7 @@ def main() -> None:
         ("redis", lambda: redis_tier([MiB, 4 * MiB] if a.quick else [MiB, 4 * MiB, 16 * MiB], 50 if a.quick else 200)),
         ("index", index_lookups),
         ("ttft", lambda: ttft(2560, 0.9, 3 if a.quick else 7)),
+        ("ttft_sweep", lambda: ttft_sweep(2560, [0.0, 0.2, 0.4, 0.6, 0.8, 0.9], 3 if a.quick else 7)),
     ]
     for name, fn in steps:
         if name not in skip:
@@ -287,7 +364,7 @@ def main() -> None:
             cols = list(val[0])
             print(" | ".join(cols))
             for row in val:
-                print(" | ".join(f"{row[c]:.3g}" for c in cols))
+                print(" | ".join(f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols))
         else:
             print(f"\n## {name}: {val}")
 

@@ -28,7 +28,7 @@ MoE and sliding-window FLOPs, compression and per-access latency.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,16 +39,29 @@ from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.spec.model import ModelSpec
 
 
-def prefill_flops(m: ModelSpec, start: int, new: int) -> float:
+def prefill_flops(m: ModelSpec, start: int, new: int, *, masked_past: bool = False) -> float:
     """Forward FLOPs to compute KV for ``new`` prompt tokens after ``start`` cached ones.
 
     Projections and MLP per token plus causal attention scores; the LM head is
     left out (only the last prompt token needs logits, whatever is reused).
+
+    ``masked_past``: the attention kernel skips the causal upper triangle only
+    without a cached prefix; with one (``start > 0``) it is handed an explicit
+    mask and computes every score of the new queries against all ``start +
+    new`` keys. That is what transformers' SDPA path does on CPU (PyTorch's
+    causal kernel cannot offset the diagonal): 2,048 new tokens after 512
+    cached cost 1.8x the attention time of 2,560 from scratch
+    (``benchmarks/bench_kvcache.py``, TTFT sweep). A sliding window is masked,
+    not skipped, on that path.
     """
     if new <= 0:
         return 0.0
     tf = token_flops(m)
-    return new * (tf.dense - tf.lm_head) + causal_score_flops(m, start, new)
+    if masked_past and start > 0:
+        scores = 2.0 * m.num_layers * m.num_attention_heads * new * (start + new) * (m.dim_head + m.v_head_dim)
+    else:
+        scores = causal_score_flops(m, start, new)
+    return new * (tf.dense - tf.lm_head) + scores
 
 
 @dataclass(frozen=True)
@@ -94,11 +107,15 @@ def decide(
     flops_per_s: float,
     kv_dtype: str = "bf16",
     compression: float = 1.0,
+    masked_past: bool = False,
 ) -> ReuseDecision:
     """The fastest way to get the prompt's KV: ``cached[b]`` is where block ``b`` sits (None ends the prefix).
 
     At least one prompt token is always computed (it yields the first output
     token's logits), so at most ``(n - 1) // block`` blocks are loaded.
+    ``masked_past``: the attention kernel computes the full score rectangle
+    once a prefix is loaded (``prefill_flops``), so a short prefix can cost
+    more to compute after than it saves.
     """
     if prompt_tokens <= 0 or block_tokens <= 0:
         raise ValueError("prompt_tokens and block_tokens must be positive")
@@ -113,7 +130,8 @@ def decide(
     block_bytes = kv_bytes_per_token(m, kv_dtype) * block_tokens / compression
 
     def compute(start: int) -> float:
-        return (prefill_flops(m, start, prompt_tokens - start) + 2.0 * m.vocab_size * m.hidden_size) / flops_per_s
+        flops = prefill_flops(m, start, prompt_tokens - start, masked_past=masked_past)
+        return (flops + 2.0 * m.vocab_size * m.hidden_size) / flops_per_s
 
     best_k, best_t, load_t, loads = 0, compute(0), 0.0, [0.0]
     for k, s in enumerate(run, 1):
@@ -149,20 +167,25 @@ def decide(
         time_s=best_t,
         recompute_all_s=t0,
         speedup=t0 / best_t,
-        breakeven=_breakeven(m, run, block_tokens, block_bytes, flops_per_s),
+        breakeven=_breakeven(run, block_tokens, block_bytes, compute),
         reason=reason,
     )
 
 
 def _breakeven(
-    m: ModelSpec, run: Sequence[Source], block_tokens: int, block_bytes: float, flops_per_s: float
+    run: Sequence[Source], block_tokens: int, block_bytes: float, compute: Callable[[int], float]
 ) -> list[TierBreakEven]:
-    """Per tier: loading all of its cached blocks vs recomputing them, and the bandwidth where the two meet."""
+    """Per tier: loading all of its cached blocks vs recomputing them, and the bandwidth where the two meet.
+
+    Block ``i`` saves ``compute(i·B) - compute((i+1)·B)``, the compute time the
+    request sheds when it also loads that block (with a causal kernel, exactly
+    ``prefill_flops(i·B, B) / G``).
+    """
     out = []
     for tier in dict.fromkeys(s.tier for s in run):
         idx = [i for i, s in enumerate(run) if s.tier == tier]
         src = run[idx[0]]
-        saved_s = sum(prefill_flops(m, i * block_tokens, block_tokens) for i in idx) / flops_per_s
+        saved_s = sum(compute(i * block_tokens) - compute((i + 1) * block_tokens) for i in idx)
         nbytes = block_bytes * len(idx)
         lat = src.latency_s * len(idx)
         out.append(

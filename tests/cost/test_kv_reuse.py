@@ -5,6 +5,7 @@ import math
 import pytest
 
 from aitrinity import catalog
+from aitrinity.catalog.hf import from_hf_config
 from aitrinity.cost.flops import causal_score_flops, token_flops
 from aitrinity.cost.kv_reuse import Source, breakeven_bandwidth, decide, prefill_flops
 from aitrinity.cost.memory import kv_bytes_per_token
@@ -56,3 +57,40 @@ def test_gaps_and_bad_input(llama8b):
     assert decide(llama8b, 100, [], block_tokens=512, flops_per_s=1e14).reason == "nothing cached"
     with pytest.raises(ValueError):
         decide(llama8b, 0, [], block_tokens=512, flops_per_s=1e14)
+
+
+def test_masked_past_kernel_computes_the_whole_score_rectangle(llama8b):
+    m, tf = llama8b, token_flops(llama8b)
+    dense = 2048 * (tf.dense - tf.lm_head)
+    rect = 2.0 * m.num_layers * m.num_attention_heads * 2048 * (512 + 2048) * (m.dim_head + m.v_head_dim)
+    assert prefill_flops(m, 512, 2048, masked_past=True) == pytest.approx(dense + rect)
+    assert prefill_flops(m, 0, 2560, masked_past=True) == prefill_flops(m, 0, 2560)  # no past: causal kernel
+    assert prefill_flops(m, 512, 2048, masked_past=True) > prefill_flops(m, 512, 2048)
+
+
+def test_masked_past_makes_a_short_prefix_not_worth_loading():
+    # bench_kvcache.py's tiny Llama on a 2,560-token prompt: attention dominates, so with the masked kernel a
+    # short cached prefix costs more compute after it than it saves (measured there: 1.13-1.27x slower)
+    tiny = from_hf_config(
+        {
+            "model_type": "llama",
+            "vocab_size": 2048,
+            "hidden_size": 256,
+            "intermediate_size": 688,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 8192,
+        },
+        "tiny",
+        "test",
+    )
+    free = [Source("mem", 1e15, 0.0)] * 9
+    causal = decide(tiny, 2560, free[:2], block_tokens=256, flops_per_s=1e11)
+    masked = decide(tiny, 2560, free[:2], block_tokens=256, flops_per_s=1e11, masked_past=True)
+    assert causal.choice == "load" and masked.choice == "recompute"
+    assert masked.breakeven[0].breakeven_bandwidth_Bps is None  # loading never pays at any bandwidth
+    deep = decide(tiny, 2560, free, block_tokens=256, flops_per_s=1e11, masked_past=True)
+    assert deep.choice == "load" and deep.load_tokens == 2304
+    head = 2 * 2048 * 256
+    assert deep.compute_time_s == pytest.approx((prefill_flops(tiny, 2304, 256, masked_past=True) + head) / 1e11)

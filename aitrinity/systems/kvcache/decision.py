@@ -23,6 +23,9 @@ class ReuseCost:
     flops_per_s: float
     kv_dtype: str = "bf16"
     compression: float = 1.0
+    masked_past: bool = False
+    """The attention kernel computes every score once a prefix is loaded (``cost.kv_reuse.prefill_flops``):
+    True for transformers' SDPA path on CPU."""
 
 
 @dataclass(frozen=True)
@@ -50,5 +53,6 @@ def plan_request(store: KVStore, bk: BlockKeys, prompt_tokens: int, cost: ReuseC
         flops_per_s=cost.flops_per_s,
         kv_dtype=cost.kv_dtype,
         compression=cost.compression,
+        masked_past=cost.masked_past,
     )
     return RequestPlan(look, d)

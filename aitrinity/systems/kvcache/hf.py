@@ -117,6 +117,8 @@ class PrefixCachedLM:
         self.device = next(model.parameters()).device
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # only the last position's logits are needed (the cost model leaves the LM head out of prefill)
+        self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         b = keyer.block_tokens
         self.tag = f"{str(self.dtype).removeprefix('torch.')} {self.layers}x2x{self.kv_heads}x{b}x{self.head_dim}"
 
@@ -153,7 +155,7 @@ class PrefixCachedLM:
 
     def _forward(self, ids: list[int], cache: Any) -> tuple[torch.Tensor, Any]:
         x = torch.tensor([ids], device=self.device)
-        out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: cache})
+        out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: cache}, **self._last_logits)
         new_cache = getattr(out, "cache", None) or out.past_key_values
         return out.logits[0, -1], new_cache
 

@@ -196,6 +196,8 @@ def test_request_plan_partial_load_across_tiers(tmp_path):
     rp = plan_request(s, bk, len(toks), ReuseCost(catalog.model("llama-3.1-8b"), 400e12))
     assert rp.lookup.sources[:2] == ["memory", "memory"]
     assert rp.decision.choice == "partial" and rp.decision.tokens_by_tier == {"memory": 1024}
+    masked = plan_request(s, bk, len(toks), ReuseCost(catalog.model("llama-3.1-8b"), 400e12, masked_past=True))
+    assert masked.decision.compute_time_s > rp.decision.compute_time_s  # the flag reaches the cost model
 
 
 def test_a_memory_tier_below_a_disk_tier_keeps_its_own_copy(tmp_path):
