@@ -83,10 +83,13 @@ def measure(kind: str, spec: dict[str, Any], batch: int, seq: int, rank: int) ->
     t0 = _lo_tx()
     dist.barrier()
     barrier = _lo_tx() - t0
+    # read the counter before a barrier: no rank can start the step (FSDP2 all-gathers at once) before it is read,
+    # however late this process is scheduled; the two barriers around the step are subtracted
     t1 = _lo_tx()
+    dist.barrier()
     step()
     dist.barrier()
-    wire = _lo_tx() - t1 - barrier
+    wire = _lo_tx() - t1 - 2 * barrier
     moments = [v for st in opt_state.values() for v in st.values() if torch.is_tensor(v) and v.numel() > 1]
     params = list(model.parameters())
     return {
