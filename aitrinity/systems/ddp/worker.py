@@ -322,7 +322,10 @@ def main(argv: list[str]) -> int:
             results = [train(Run(**r), task, rank, world) for r in cfg["runs"]]
     finally:
         dist.destroy_process_group()
-    Path(cfg["out"]).write_text(json.dumps(results))
+    out = Path(cfg["out"])
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results))
+    tmp.replace(out)  # whole or absent: the launcher trusts a rank whose file is there
     return 0
 
 
