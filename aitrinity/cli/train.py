@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         "cast": args.cast,
     }
     where = f"a {args.link} link" if args.link else "the host loopback"
-    comp = args.compressor + (f" inside a {args.cast} cast" if args.cast else "")
+    comp = args.compressor + (f" inside the {args.cast} cast wrapper" if args.cast else "")
     Progress(args.quiet).say(f"training with {args.workers} workers over {where}, compressor {comp}")
     res = run_workers([run_cfg], world=args.workers, task=args.task, link=args.link)
     r = res[0][0]
