@@ -65,9 +65,13 @@ def test_halved_flops_profile_doubles_compute_bound_time_only(profile, tmp_path)
     assert max(c1.resources, key=lambda r: r.time_s).kind == "compute"
     assert compute(c2) == pytest.approx(2 * compute(c1))
     assert c2.time_s == pytest.approx(2 * c1.time_s, rel=0.02)
-    # bandwidth-bound: one device per node, gradients over a 100 Mbit/s link
-    b1 = step(profile, "system.devices_per_node=1", "link=100Mbit/s")
-    b2 = step(half, "system.devices_per_node=1", "link=100Mbit/s")
+    # bandwidth-bound: one device per node, gradients over a link slow enough for this machine's measured
+    # FLOP/s -- a rate derived from the profile, so a slow or loaded machine gets a slower link, not a failure
+    probe = step(profile, "system.devices_per_node=1", "link=100Mbit/s")
+    link_s = max(r.time_s for r in probe.resources if r.kind == "link")
+    mbit = 100 * min(1.0, link_s / (20 * compute(probe)))  # the link's time >= 20x the compute's
+    b1 = step(profile, "system.devices_per_node=1", f"link={mbit:.6g}Mbit/s")
+    b2 = step(half, "system.devices_per_node=1", f"link={mbit:.6g}Mbit/s")
     assert max(b1.resources, key=lambda r: r.time_s).kind == "link"
     assert compute(b2) == pytest.approx(2 * compute(b1))
     assert b2.time_s == pytest.approx(b1.time_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from aitrinity.cli.jsonout import dump
@@ -12,7 +13,7 @@ from aitrinity.errors import SpecError
 HELP = """examples:
   trinity ui                          http://127.0.0.1:8765, the built-in scenarios
   trinity ui --port 0 --json          a free port; prints {"url": ...} once it listens
-  trinity ui --host 0.0.0.0           reachable from other machines (no authentication: trusted networks only)
+  trinity ui --host 0.0.0.0           reachable from other machines (warns: no authentication, trusted networks only)
 
 The page calls the same library as the CLI and shows the same error messages.
 """
@@ -37,12 +38,18 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aitrinity.ui import whatif
-    from aitrinity.ui.server import make_server
+    from aitrinity.ui.server import is_loopback, make_server
 
     if not 0 <= args.port <= 65535:
         raise SpecError("--port", args.port, "0 to 65535")
 
     say = Progress(args.quiet).say
+    if not is_loopback(args.host):
+        print(
+            f"trinity ui: warning: listening on {args.host}, not loopback: anyone who can reach this machine can "
+            "use the page (no authentication) and spend its CPU; use it on trusted networks only",
+            file=sys.stderr,
+        )
 
     try:
         server = make_server(args.host, args.port, args.quiet)

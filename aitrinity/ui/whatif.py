@@ -8,17 +8,18 @@ exactly the message ``trinity diagnose SCENARIO --set ...`` prints.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from aitrinity import api, catalog
+from aitrinity import api, catalog, units
 from aitrinity.cost.diagnosis import Diagnosis
 from aitrinity.cost.ledger import Result
-from aitrinity.errors import SpecError
+from aitrinity.errors import SpecError, UnitError, UnknownNameError
 from aitrinity.plan.report import PlanReport
 from aitrinity.plan.search_serving import ServingChoice
 from aitrinity.plan.split import EdgePlanReport
@@ -31,19 +32,51 @@ CACHE_STOPS = ("none", "64GiB", "128GiB", "256GiB", "512GiB", "1TiB", "2TiB", "4
 
 
 class Form(BaseModel):
-    """What the page sends. Empty / missing fields keep the scenario's own value."""
+    """What the page sends. Empty / missing fields keep the scenario's own value.
+
+    The page is a menu, not a file browser: :func:`check` admits built-in scenario names, catalog names
+    and the cache slider's stops only, never a path (a path would make the server read a local file and
+    echo its first line in the error).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str
-    model: str | None = None
-    device: str | None = None
-    link: str | None = None
-    gpus: int | None = None
-    batch: int | None = None
-    context: int | None = None
-    bandwidth: str | None = None
-    cache: str | None = None
+    scenario: str = Field(max_length=100)
+    model: str | None = Field(None, max_length=100)
+    device: str | None = Field(None, max_length=100)
+    link: str | None = Field(None, max_length=100)
+    gpus: int | None = Field(None, ge=1, le=1_000_000)
+    batch: int | None = Field(None, ge=1, le=1_000_000)
+    context: int | None = Field(None, ge=1, le=100_000_000)
+    bandwidth: str | None = Field(None, max_length=40)
+    cache: str | None = Field(None, max_length=20)
+
+
+_BANDWIDTH_TEXT = re.compile(r"[0-9.eE+-]+ ?[A-Za-z/]+")
+"""A bandwidth as the slider writes it (``25Gbit/s``): a number and a unit, nothing an override could read
+as another key or as YAML."""
+
+
+def _one_of(field: str, value: str | None, known: list[str], kind: str) -> None:
+    if value and value not in known:
+        raise UnknownNameError(kind, value, known, field)
+
+
+def check(form: Form) -> None:
+    """Refuse anything the page's menus and sliders could not have sent (raises :class:`SpecError`)."""
+    _one_of("scenario", form.scenario, api.builtin_scenarios(), "built-in scenario")
+    _one_of("model", form.model, catalog.names("models"), "model")
+    _one_of("device", form.device, catalog.names("devices"), "device")
+    _one_of("link", form.link, catalog.names("links"), "link")
+    if form.cache and form.cache not in CACHE_STOPS:
+        raise SpecError("cache", form.cache, f"one of {', '.join(CACHE_STOPS)}")
+    if form.bandwidth:
+        try:
+            bps = units.parse_bandwidth(form.bandwidth)
+        except UnitError:
+            bps = float("nan")
+        if not (_BANDWIDTH_TEXT.fullmatch(form.bandwidth) and 0 < bps < float("inf")):
+            raise SpecError("bandwidth", form.bandwidth, "a positive bandwidth such as 25Gbit/s")
 
 
 class Answer(Result):
@@ -152,6 +185,7 @@ def overrides(form: Form, kind: str) -> list[str]:
 
 def answer(form: Form) -> Answer:
     start = time.perf_counter()
+    check(form)
     kind = kind_of(form.scenario)
     sets = overrides(form, kind)
     sid = "whatif"
