@@ -17,7 +17,7 @@ class Progress:
         self.tty = self.stream.isatty()
         self.min_interval_s = min_interval_s
         self._open = False  # a bar is drawn on the current line
-        self._last = 0.0
+        self._last = float("-inf")  # the first step always prints (monotonic time starts near 0 at boot)
 
     def say(self, msg: str) -> None:
         """One line: ``trinity: msg``."""
