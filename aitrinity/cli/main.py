@@ -188,13 +188,17 @@ def _parser() -> argparse.ArgumentParser:
 
     va = sub.add_parser(
         "validate",
-        help="measured vs predicted on real torch workloads on this CPU",
+        help="measured vs predicted: real torch workloads on this CPU, or measured GPU serving runs (--serving)",
         description="Build small decoders from configs (random weights) and measure parameters, "
         "FLOPs, saved activations, KV-cache bytes and prefill / train-step / decode-step "
-        "times against the cost model's predictions on a calibrated profile.",
+        "times against the cost model's predictions on a calibrated profile. With --serving FILE: price "
+        "every measured GPU serving run of FILE (fixed concurrency, aiconfigurator's CSV format) and print "
+        "TTFT and TPOT errors overall and per model / engine / dtype / TP.",
         epilog="""examples:
   trinity validate --quick                       calibrate quickly, then two small models
   trinity validate --profile me.yaml --markdown validation.md
+  trinity validate --serving runs.csv            measured serving runs vs the operator model
+  trinity validate --serving runs.csv --no-tables   the same with the catalog's compact kernel parameters
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -202,6 +206,13 @@ def _parser() -> argparse.ArgumentParser:
         "--profile", metavar="FILE", help="device profile from trinity calibrate (default: calibrate now, quickly)"
     )
     va.add_argument("--quick", action="store_true", help="two small models only")
+    va.add_argument("--serving", metavar="FILE", help="a CSV of measured GPU serving runs to price (no torch needed)")
+    va.add_argument(
+        "--no-tables",
+        dest="tables",
+        action="store_false",
+        help="with --serving: price with the catalog's kernel parameters even when the [silicon] tables are installed",
+    )
     va.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     va.add_argument("--json", action="store_true")
 
@@ -360,7 +371,25 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_serving(args: argparse.Namespace) -> int:
+    from aitrinity import validate_serving as vs
+
+    progress = Progress(args.quiet)
+    progress.say(f"pricing the runs of {args.serving}")
+    report = vs.validate(args.serving, tables=args.tables, progress=lambda d, t: progress.step(d, t, "groups"))
+    for note in report.notes:
+        print(f"trinity: {note}", file=sys.stderr)
+    table = vs.markdown(report)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(table + "\n")
+    print(dump(report.model_dump(mode="json")) if args.json else table)
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.serving:
+        return _cmd_validate_serving(args)
     try:
         import torch  # noqa: F401
     except ImportError:

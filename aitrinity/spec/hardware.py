@@ -50,6 +50,59 @@ class Efficiency(Spec):
         return self.compute * rows / (rows + self.compute_half_rows)
 
 
+class GemmParams(Spec):
+    """One GEMM dtype's roofline: ``t = launch_s + max(2mnk / (peak·e(m)), bytes / (bw·u))`` with
+    ``e(m) = efficiency·m / (m + half_rows)``."""
+
+    efficiency: Fraction
+    half_rows: float = Field(ge=0)
+    launch_s: Seconds
+
+
+class AttentionParams(Spec):
+    """Flash attention: prefill at a fraction of bf16 peak, decode at a fraction of memory bandwidth."""
+
+    prefill_efficiency: Fraction
+    decode_memory_efficiency: Fraction
+    launch_s: Seconds
+
+
+class CollectiveParams(Spec):
+    """An in-node all-reduce under the α-β model: ``latency_s + 2(n-1)/n · bytes / bus_bandwidth_Bps``."""
+
+    latency_s: Seconds
+    bus_bandwidth_Bps: Bandwidth
+
+
+class KernelParams(Spec):
+    """A GPU's kernels in a few numbers, for pricing without the measured tables (``[silicon]`` extra).
+
+    Derived from those tables by ``tools/derive_kernel_params.py``, which records its inputs in ``source``;
+    see docs/silicon.md.
+    """
+
+    source: str
+    gemm: dict[str, GemmParams]
+    """By dtype: bf16, fp8 (and fp4 where the GPU has it)."""
+    attention: AttentionParams
+    all_reduce: dict[int, CollectiveParams]
+    """By GPU count in the group (2, 4, 8)."""
+    memory_efficiency: Fraction = 0.8
+    elementwise_launch_s: Seconds = 3e-6
+
+    def gemm_for(self, dtype: str) -> GemmParams:
+        for d in (dtype, "fp8" if dtype in ("fp4", "int4", "int8") else "bf16", "bf16"):
+            if d in self.gemm:
+                return self.gemm[d]
+        return next(iter(self.gemm.values()))
+
+    def all_reduce_for(self, gpus: int) -> CollectiveParams:
+        if gpus in self.all_reduce:
+            return self.all_reduce[gpus]
+        nearest = min(self.all_reduce, key=lambda n: abs(n - gpus))
+        return self.all_reduce[nearest]
+
+
 class Measurement(Spec):
     """One number a calibration measured: what, how and when."""
 
@@ -85,6 +138,8 @@ class DeviceSpec(Spec):
     """Where it sits in a device-edge-cloud deployment (edge scenarios)."""
     idle_W: Power | None = None
     """Power while idle / waiting, where published (edge scenarios: a device waiting for the server)."""
+    kernels: KernelParams | None = None
+    """Per-operator roofline parameters derived from measured kernel tables (GPUs that have them)."""
 
     @model_validator(mode="after")
     def _check(self) -> DeviceSpec:

@@ -1,0 +1,255 @@
+"""Measured kernel tables: NVIDIA's ``aiconfigurator-core`` (PyPI, Apache-2.0), read lazily.
+
+Layout of that package: ``aiconfigurator_core/systems/data/<gpu>/<op>/<engine>/<version>/<table>.parquet``
+(``gemm/gemm_perf``, ``attention/{context,generation}_attention_perf``, ``comm/<engine>/custom_allreduce_perf``,
+``comm/nccl/nccl_perf``). Latencies are in milliseconds; GEMM shapes are ``m x n x k``; all-reduce sizes
+are in elements of the table's dtype (bf16: 2 bytes each).
+
+Installed with ``pip install 'aitrinity[silicon]'`` (which brings pyarrow). Only the per-operator tables
+are read. The same package ships ``systems/silicon_sample.csv`` (end-to-end runs kept apart as an
+independent check): this module never opens it.
+
+:func:`load` returns :class:`~aitrinity.cost.kernels.TableKernels` for a catalog device and an engine, or
+raises :class:`~aitrinity.errors.SpecError` with one line (extra not installed, no table for the device,
+a corrupt file). Results are cached per (device, engine, version).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aitrinity.cost.kernels import AttentionTables, Grid, RooflineKernels, TableKernels
+from aitrinity.errors import SpecError
+
+PACKAGE = "aiconfigurator_core"
+ENGINES = ("trtllm", "vllm", "sglang")
+
+SYSTEM_OF_DEVICE = {
+    "h100-sxm": "h100_sxm",
+    "h100-pcie": "h100_pcie",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "a100-80gb-sxm": "a100_sxm",
+    "a100-40gb-sxm": "a100_sxm",
+    "l40s": "l40s",
+    "l4": "l4",
+}
+"""Catalog device -> the table folder measured on it (an A100 40 GB runs the 80 GB's kernels)."""
+
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
+KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+@dataclass(frozen=True)
+class TableChoice:
+    """Which tables were read: the GPU folder, the engine and the version, and what was asked for."""
+
+    system: str
+    engine: str
+    version: str
+    asked_version: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.system}/{self.engine}/{self.version}"
+
+
+def data_root() -> Path:
+    """The tables' folder inside the installed package (SpecError when the extra is missing)."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecError.at("system.engine", "measured kernel tables need: pip install 'aitrinity[silicon]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+
+
+def available() -> bool:
+    try:
+        data_root()
+    except SpecError:
+        return False
+    return True
+
+
+def _version_key(v: str) -> tuple[tuple[int, str], ...]:
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.\-+]", v))
+
+
+def versions(system: str, op: str, engine: str) -> list[str]:
+    folder = data_root() / system / op / engine
+    return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=_version_key) if folder.is_dir() else []
+
+
+def choose(device: str, engine: str, version: str | None = None) -> TableChoice:
+    """The GPU folder and the engine version to read: the asked version if measured, else the newest
+    measured version not newer than it, else the oldest (and the output says which)."""
+    system = SYSTEM_OF_DEVICE.get(device)
+    if system is None or not (data_root() / system).is_dir():
+        raise SpecError("system.device", device, f"a GPU with measured tables ({', '.join(SYSTEM_OF_DEVICE)})")
+    if engine not in ENGINES:
+        raise SpecError("system.engine", engine, f"one of {', '.join(ENGINES)}")
+    have = versions(system, "gemm", engine)
+    if not have:
+        raise SpecError("system.engine", engine, f"an engine with GEMM tables for {system}")
+    if version in have:
+        chosen = version
+    elif version is not None:
+        older = [v for v in have if _version_key(v) <= _version_key(version)]
+        chosen = older[-1] if older else have[0]
+    else:
+        chosen = have[-1]
+    return TableChoice(system, engine, chosen, version)
+
+
+def _read(path: Path, columns: list[str], optional: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """Columns of a parquet table; ``optional`` columns absent from older tables take their default."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SpecError.at(path.name, "reading the tables needs pyarrow: pip install 'aitrinity[silicon]'") from None
+    optional = optional or {}
+    try:
+        present = set(pq.read_schema(path).names)
+        table = pq.read_table(path, columns=[*columns, *(c for c in optional if c in present)])
+    except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpecError.at(path, f"not a readable kernel table ({first[:120]})") from None
+    out = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    for c, default in optional.items():
+        out.setdefault(c, np.full(table.num_rows, default))
+    return out
+
+
+def _fill(values: np.ndarray) -> np.ndarray:
+    """Fill the cells a table did not measure: along each axis in turn, linear in the index between
+    measured neighbours and constant past the ends; repeated until none is left."""
+    v = values.copy()
+    for _ in range(2 * v.ndim):
+        if not np.isnan(v).any():
+            break
+        for axis in range(v.ndim):
+            moved = np.moveaxis(v, axis, -1)
+            flat = moved.reshape(-1, moved.shape[-1])
+            x = np.arange(flat.shape[1])
+            for row in flat:
+                ok = ~np.isnan(row)
+                if ok.any() and not ok.all():
+                    row[~ok] = np.interp(x[~ok], x[ok], row[ok])
+            v = np.moveaxis(flat.reshape(moved.shape), -1, axis)
+    if np.isnan(v).any() or (v <= 0).any():
+        raise ValueError("a table with no measured cell on some slice")
+    return v
+
+
+def _grid(keys: list[np.ndarray], seconds: np.ndarray) -> Grid:
+    """A Grid from scattered rows on a (possibly incomplete) product of axis values; duplicates: the
+    fastest (the engine picks its best kernel)."""
+    axes = [np.unique(k.astype(np.float64)) for k in keys]
+    shape = tuple(len(a) for a in axes)
+    vals = np.full(shape, np.inf)
+    index = tuple(np.searchsorted(a, k.astype(np.float64)) for a, k in zip(axes, keys, strict=True))
+    np.minimum.at(vals, index, seconds)
+    vals[np.isinf(vals)] = np.nan
+    return Grid(tuple(axes), _fill(vals))
+
+
+def _groups(rows: dict[str, np.ndarray], by: list[str]) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
+    """(key values, row mask) for each distinct combination of the ``by`` columns."""
+    uniques, codes = zip(*(np.unique(rows[b], return_inverse=True) for b in by), strict=True)
+    combined = np.zeros(len(rows[by[0]]), dtype=np.int64)
+    for u, code in zip(uniques, codes, strict=True):
+        combined = combined * len(u) + code.reshape(-1)
+    for key in np.unique(combined):
+        sel = combined == key
+        first = int(np.argmax(sel))
+        yield tuple(u[code.reshape(-1)[first]] for u, code in zip(uniques, codes, strict=True)), sel
+
+
+def _gemm(root: Path, c: TableChoice) -> dict[str, Grid]:
+    rows = _read(root / "gemm" / c.engine / c.version / "gemm_perf.parquet", ["gemm_dtype", "m", "n", "k", "latency"])
+    out = {}
+    for (dtype,), sel in _groups(rows, ["gemm_dtype"]):
+        name = GEMM_DTYPES.get(str(dtype))
+        if name:
+            out[name] = _grid([rows["m"][sel], rows["n"][sel], rows["k"][sel]], rows["latency"][sel] * 1e-3)
+    return out
+
+
+def _attention_version(root: Path, c: TableChoice) -> Path | None:
+    have = versions(c.system, "attention", c.engine)
+    if not have:
+        return None
+    older = [v for v in have if _version_key(v) <= _version_key(c.version)]
+    return root / "attention" / c.engine / (older[-1] if older else have[0])
+
+
+def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], AttentionTables]:
+    folder = _attention_version(root, c)
+    if folder is None:
+        return {}
+    cols = ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"]
+    pre = _read(folder / "context_attention_perf.parquet", [*cols, "isl"], {"window_size": 0})
+    dec = _read(folder / "generation_attention_perf.parquet", [*cols, "step"], {"window_size": 0})
+    found: dict[tuple[int, str], AttentionTables] = {}
+    for rows, length, kind in ((pre, pre["isl"], "prefill"), (dec, dec["step"] + 1, "decode")):
+        full = rows["window_size"] == 0  # full attention; sliding windows are other rows
+        for (hd, kv, kvh), sel in _groups(rows, ["head_dim", "kv_cache_dtype", "num_key_value_heads"]):
+            sel = sel & full
+            name = KV_DTYPES.get(str(kv))
+            if not name or sel.sum() < 8:
+                continue
+            grid = _grid([rows["batch_size"][sel], length[sel], rows["num_heads"][sel]], rows["latency"][sel] * 1e-3)
+            at = found.setdefault((int(hd), name), AttentionTables({}, {}))
+            getattr(at, kind)[int(kvh)] = grid
+    return {k: v for k, v in found.items() if v.prefill and v.decode}
+
+
+def _all_reduce(root: Path, c: TableChoice) -> dict[int, Grid]:
+    have = versions(c.system, "comm", c.engine)
+    older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
+    for v in reversed(older):
+        path = root / "comm" / c.engine / v / "custom_allreduce_perf.parquet"
+        if path.is_file():
+            rows = _read(path, ["kernel_source", "num_gpus", "message_size", "latency"])
+            graph = np.array(["eager" not in str(s) for s in rows["kernel_source"]])  # CUDA-graph kernels
+            out = {}
+            for (n,), sel in _groups(rows, ["num_gpus"]):
+                sel = sel & graph
+                out[int(n)] = _grid([rows["message_size"][sel] * 2.0], rows["latency"][sel] * 1e-3)  # bf16 bytes
+            return out
+    return {}
+
+
+@functools.lru_cache(maxsize=16)
+def _tables(
+    device: str, engine: str, version: str | None
+) -> tuple[TableChoice, dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid]]:
+    c = choose(device, engine, version)
+    root = data_root() / c.system
+    try:
+        return c, _gemm(root, c), _attention(root, c), _all_reduce(root, c)
+    except (ValueError, KeyError) as e:
+        raise SpecError.at(root, f"kernel tables unusable ({e})") from None
+
+
+def load(device: str, engine: str, version: str | None, fallback: RooflineKernels) -> TableKernels:
+    """The measured kernels of ``device`` under ``engine`` (``version`` or the closest measured); what no
+    table covers is priced by ``fallback`` and recorded in ``fallbacks``. Tables are read once per process."""
+    c, gemm, attention, all_reduce = _tables(device, engine, version)
+    return TableKernels(gemm, attention, all_reduce, fallback, source=f"table {c.label}")
+
+
+def choice(device: str, engine: str, version: str | None) -> TableChoice:
+    """Which tables :func:`load` reads for these arguments (the version may differ from the asked one)."""
+    return _tables(device, engine, version)[0]

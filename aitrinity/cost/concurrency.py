@@ -1,0 +1,118 @@
+"""Serving at a fixed concurrency: the steady state that serving benchmarks measure.
+
+The protocol (``workload.serving.mode: concurrency``): ``c`` clients each send a request of ``isl``
+prompt tokens for ``osl`` output tokens and send the next one when it completes (a closed loop); the
+engine batches continuously (Orca, Yu et al. 2022), mixing prefills into decode steps (Sarathi-Serve,
+Agrawal et al. 2024). A request's life is its TTFT and then ``osl - 1`` decode steps, so its latency is
+``T = TTFT + (osl - 1)·TPOT`` and the system completes ``c / T`` requests per second (Little's law).
+
+TPOT -- the mean step a decoding request sits in. With ``c`` requests alive, each step decodes ``c``
+tokens; every request also brings ``isl`` prompt tokens once per ``osl`` steps, so on average a step
+carries ``c/osl`` prompts' prefill work on top (the amortised share that the measured TPOT includes):
+
+    TPOT = t_step(decode c) + f_mix · (c / osl) · [t_step(decode c-1, prefill 1) - t_step(decode c)]
+
+TTFT -- the prefill and the waits before it:
+
+    TTFT = n_prefill · t_step(decode c-1, prefill 1)  +  w_batch · (c-1)/2 · t_prefill(1)
+
+``n_prefill`` mixed steps (the prompt's own step, the step in flight when it arrives, scheduler lag and
+the chunks of a long prompt) and ``(c-1)/2 · t_prefill(1)``, the mean wait behind the other prompts of a
+wave that arrives together (clients that stay synchronised because every request has the same length).
+Engines differ in which of the two dominates, so the weights are an :class:`EngineProfile`. (A third
+candidate, a wait of one inter-completion time ``T/c`` for admission, fitted to zero on every engine and
+was dropped.)
+
+The profile's constants cannot come from kernel tables (they are scheduling behaviour), so they are
+**fitted** on the development runs only (``benchmarks/bench_silicon.py --fit``) and named in
+:data:`ENGINE_PROFILES`; docs/silicon.md gives the values and the held-out check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from aitrinity.cost.kernels import Array, Kernels
+from aitrinity.cost.operators import Layout, StepShape, StepTimes, step_times
+from aitrinity.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """An engine's scheduling behaviour in four numbers (see module doc)."""
+
+    step_overhead_s: float
+    """Host-side time per step (scheduler, sampling, input preparation) on top of the kernels."""
+    prefill_interference: float
+    """``f_mix``: the share of the amortised prefill work a decoding request's steps carry."""
+    prefill_steps: float
+    """``n_prefill``: mixed steps until the first token (chunks, scheduling lag)."""
+    batch_wait: float
+    """``w_batch``: weight of the wait behind the other prompts of a synchronised wave."""
+
+
+ENGINE_PROFILES: dict[str, EngineProfile] = {
+    "trtllm": EngineProfile(step_overhead_s=0.20e-3, prefill_interference=0.90, prefill_steps=5.0, batch_wait=0.01),
+    "vllm": EngineProfile(step_overhead_s=1.29e-3, prefill_interference=0.99, prefill_steps=2.2, batch_wait=0.0),
+    "sglang": EngineProfile(step_overhead_s=1.02e-3, prefill_interference=0.49, prefill_steps=3.6, batch_wait=0.92),
+    "generic": EngineProfile(step_overhead_s=0.84e-3, prefill_interference=0.79, prefill_steps=3.6, batch_wait=0.31),
+}
+"""Fitted on ``serving_h100_dense.csv`` (579 runs, H100, 2026-12-03) by ``benchmarks/bench_silicon.py --fit``
+with the measured kernel tables; ``generic`` (an engine not named) is the mean of the three."""
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Per-request times at a fixed concurrency (arrays of the broadcast shape)."""
+
+    ttft_s: Array
+    tpot_s: Array
+    request_latency_s: Array
+    requests_per_s: Array
+    output_tokens_per_s: Array
+    decode_step: StepTimes
+    """The pure-decode step of ``c`` sequences, by operator class."""
+    mixed_step: StepTimes
+    """A step of ``c - 1`` decodes and one prompt's prefill, by operator class."""
+
+
+def profile(engine: str) -> EngineProfile:
+    return ENGINE_PROFILES.get(engine, ENGINE_PROFILES["generic"])
+
+
+def steady_state(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    concurrency: ArrayLike,
+    isl: ArrayLike,
+    osl: ArrayLike,
+    engine: EngineProfile | None = None,
+) -> SteadyState:
+    """TTFT, TPOT and throughput of one model replica at ``concurrency`` clients (module doc)."""
+    prof = engine or profile(lay.engine)
+    c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
+    s_in = np.asarray(isl, dtype=np.float64)
+    s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
+    ctx = s_in + s_out / 2.0  # mean context over a generation
+    over = prof.step_overhead_s
+    dec = step_times(m, k, lay, StepShape(decode=c, context=ctx), over)
+    mix = step_times(m, k, lay, StepShape(decode=c - 1.0, context=ctx, prefill_seqs=1.0, prefill_len=s_in), over)
+    alone = step_times(m, k, lay, StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=s_in), over).total
+    extra = np.maximum(mix.total - dec.total, 0.0)
+    tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
+    ttft = prof.prefill_steps * mix.total + prof.batch_wait * (c - 1.0) / 2.0 * alone
+    latency = ttft + (s_out - 1.0) * tpot
+    rps = c / latency
+    return SteadyState(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        request_latency_s=latency,
+        requests_per_s=rps,
+        output_tokens_per_s=rps * s_out,
+        decode_step=dec,
+        mixed_step=mix,
+    )

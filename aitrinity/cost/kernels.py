@@ -1,0 +1,252 @@
+"""Kernel times: what one GPU operator takes, from a measured table or from the roofline.
+
+Two sources answer the same questions (:class:`Kernels`), on arrays, so that one configuration and a
+sweep of candidates go through the same code:
+
+* :class:`TableKernels` -- measured per-operator latencies (NVIDIA's aiconfigurator-core tables,
+  read by :mod:`aitrinity.catalog.kernel_tables`), interpolated over each table's shape axes;
+* :class:`RooflineKernels` -- the roofline with a per-operator efficiency curve and a launch latency
+  per kernel, the compact parameters a device's catalog entry carries (``kernels:``, derived from those
+  same tables by ``tools/derive_kernel_params.py``).
+
+Interpolation (:class:`Grid`): multilinear in ``log2`` of every axis on latency, clamped to the grid's
+range on every axis except the first (tokens / batch), beyond which latency grows in proportion to the
+first axis (a GEMM of 2m rows takes twice as long as one of m once m is past the table's largest). This
+is the scheme aiconfigurator itself documents for its tables (interpolate inside, extrapolate by shape
+outside); the choice of log axes follows their powers-of-two grids.
+
+Roofline of one kernel (Williams et al. 2009, "Roofline", CACM 52(4)): ``t = launch + max(F / (P·e(m)),
+B / (W·u))`` with ``e(m) = e_max·m / (m + m_half)`` the saturating GEMM efficiency in the rows ``m``
+(the same curve as :class:`~aitrinity.spec.hardware.Efficiency`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from aitrinity.spec.hardware import BYTES_PER_DTYPE, KernelParams
+
+Array = NDArray[np.float64]
+
+
+def _as(x: ArrayLike) -> Array:
+    out: Array = np.asarray(x, dtype=np.float64)
+    return out
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A measured table on a regular grid: ``values[i, j, ...]`` seconds at ``axes[0][i], axes[1][j], ...``.
+
+    Axes are strictly increasing and positive; values are finite and positive (missing cells are filled
+    by the reader before a Grid is built).
+    """
+
+    axes: tuple[Array, ...]
+    values: Array
+    _logs: tuple[Array, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.values.shape != tuple(len(a) for a in self.axes):
+            raise ValueError(f"grid shape {self.values.shape} does not match its axes")
+        object.__setattr__(self, "_logs", tuple(np.log2(a) for a in self.axes))
+
+    def __call__(self, *coords: ArrayLike) -> Array:
+        """Latency at ``coords`` (broadcast against each other), seconds."""
+        pts = np.broadcast_arrays(*(_as(c) for c in coords))
+        first = pts[0]
+        scale = np.maximum(first / self.axes[0][-1], 1.0)  # beyond the largest first-axis point: proportional
+        idx, wts = [], []
+        for ax, lg, p in zip(self.axes, self._logs, pts, strict=True):
+            x = np.log2(np.clip(p, ax[0], ax[-1]))
+            if len(ax) == 1:
+                idx.append(np.zeros(x.shape, dtype=np.intp))
+                wts.append(np.zeros(x.shape))
+                continue
+            i = np.clip(np.searchsorted(lg, x, side="right") - 1, 0, len(ax) - 2)
+            idx.append(i)
+            wts.append((x - lg[i]) / (lg[i + 1] - lg[i]))
+        out = np.zeros(first.shape)
+        for corner in range(1 << len(self.axes)):
+            w = np.ones(first.shape)
+            at = []
+            for d, (i, t) in enumerate(zip(idx, wts, strict=True)):
+                hi = (corner >> d) & 1
+                if len(self.axes[d]) == 1 and hi:
+                    w = w * 0.0
+                at.append(np.minimum(i + hi, len(self.axes[d]) - 1))
+                w = w * (t if hi else 1.0 - t)
+            out += w * self.values[tuple(at)]
+        result: Array = out * scale
+        return result
+
+
+class Kernels(Protocol):
+    """Latency of the kernels a transformer step runs on one GPU; every argument broadcasts."""
+
+    @property
+    def source(self) -> str:
+        """Where the numbers come from: ``table <gpu>/<engine>/<version>`` or ``roofline (catalog <device>)``."""
+        ...
+
+    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        """``(m x k) @ (k x n)`` in ``dtype`` (weights and activations; bf16 / fp8 / fp4)."""
+        ...
+
+    def prefill_attention(
+        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention)."""
+        ...
+
+    def decode_attention(
+        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        """One query token per sequence over ``context`` cached tokens, ``batch`` sequences."""
+        ...
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        """An all-reduce of ``payload_bytes`` over ``gpus`` GPUs of one node (0 for one GPU)."""
+        ...
+
+    def elementwise(self, nbytes: ArrayLike) -> Array:
+        """A memory-bound kernel moving ``nbytes`` (norms, activations, residual adds, embedding gathers)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RooflineKernels:
+    """The roofline with the device's compact kernel parameters (no tables needed)."""
+
+    peak_flops: dict[str, float]
+    memory_bandwidth_Bps: float
+    params: KernelParams
+    source: str
+
+    def _peak(self, dtype: str) -> float:
+        for d in (dtype, "fp8" if dtype == "fp4" else "bf16", "bf16", "fp16"):
+            if d in self.peak_flops:
+                return self.peak_flops[d]
+        return max(self.peak_flops.values())
+
+    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        p = self.params.gemm_for(dtype)
+        rows = _as(m)
+        eff = p.efficiency * rows / (rows + p.half_rows)
+        flops = 2.0 * rows * n * k
+        wb = BYTES_PER_DTYPE[dtype]
+        nbytes = n * k * wb + rows * (k + n) * 2.0  # weights in their dtype, activations in bf16
+        mem = nbytes / (self.memory_bandwidth_Bps * self.params.memory_efficiency)
+        return p.launch_s + np.maximum(flops / (self._peak(dtype) * eff), mem)
+
+    def prefill_attention(
+        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        b, s = _as(batch), _as(tokens)
+        flops = 2.0 * b * s * s * heads * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
+        p = self.params.attention
+        return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
+
+    def decode_attention(
+        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        b, c = _as(batch), _as(context)
+        kv = 2.0 * b * c * kv_heads * head_dim * BYTES_PER_DTYPE[kv_dtype]
+        p = self.params.attention
+        return p.launch_s + kv / (self.memory_bandwidth_Bps * p.decode_memory_efficiency)
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        size = _as(payload_bytes)
+        if gpus <= 1:
+            return np.zeros(size.shape)
+        c = self.params.all_reduce_for(gpus)
+        return c.latency_s + 2.0 * (gpus - 1) / gpus * size / c.bus_bandwidth_Bps
+
+    def elementwise(self, nbytes: ArrayLike) -> Array:
+        return self.params.elementwise_launch_s + _as(nbytes) / (
+            self.memory_bandwidth_Bps * self.params.memory_efficiency
+        )
+
+
+@dataclass(frozen=True)
+class AttentionTables:
+    """Measured attention for one (head_dim, KV dtype): grids over (batch, tokens or context, query heads),
+    one per KV-head count measured."""
+
+    prefill: dict[int, Grid]
+    decode: dict[int, Grid]
+
+    @staticmethod
+    def nearest(grids: dict[int, Grid], kv_heads: int) -> tuple[int, Grid]:
+        key = min(grids, key=lambda h: (abs(np.log2(h) - np.log2(kv_heads)), h))
+        return key, grids[key]
+
+
+@dataclass(frozen=True)
+class TableKernels:
+    """Measured kernel tables of one GPU and engine version, with the roofline for what they lack.
+
+    GEMM grids are over (m, n, k) per dtype; all-reduce grids over payload bytes per GPU count; attention
+    per (head_dim, KV dtype). A query outside every table (a dtype or head size never measured) falls back
+    to ``fallback``, and :attr:`fallbacks` records which, so the output can say so.
+    """
+
+    gemm_grids: dict[str, Grid]
+    attention: dict[tuple[int, str], AttentionTables]
+    all_reduce_grids: dict[int, Grid]
+    fallback: RooflineKernels
+    source: str
+    fallbacks: set[str] = field(default_factory=set, compare=False)
+
+    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        grid = self.gemm_grids.get(dtype)
+        if grid is None and dtype == "fp4" and "fp8" in self.gemm_grids:
+            # no fp4 tensor cores before Blackwell: engines run fp4 weights through the fp8 path
+            grid = self.gemm_grids["fp8"]
+        if grid is None:
+            self.fallbacks.add(f"gemm {dtype}")
+            return self.fallback.gemm(m, n, k, dtype)
+        return grid(m, n, k)
+
+    def _attention(self, head_dim: int, kv_dtype: str) -> AttentionTables | None:
+        at = self.attention.get((head_dim, kv_dtype)) or self.attention.get((head_dim, "bf16"))
+        if at is None:
+            self.fallbacks.add(f"attention head_dim {head_dim} kv {kv_dtype}")
+        return at
+
+    def prefill_attention(
+        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        at = self._attention(head_dim, kv_dtype)
+        if at is None:
+            return self.fallback.prefill_attention(batch, tokens, heads, kv_heads, head_dim, kv_dtype)
+        measured_kv, grid = AttentionTables.nearest(at.prefill, kv_heads)
+        q = heads * measured_kv / kv_heads  # keep the GQA ratio; time scales with query heads
+        return grid(batch, tokens, q) * (heads / q)
+
+    def decode_attention(
+        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        at = self._attention(head_dim, kv_dtype)
+        if at is None:
+            return self.fallback.decode_attention(batch, context, heads, kv_heads, head_dim, kv_dtype)
+        measured_kv, grid = AttentionTables.nearest(at.decode, kv_heads)
+        q = heads * measured_kv / kv_heads
+        return grid(batch, context, q) * (kv_heads / measured_kv)  # decode reads KV: scales with KV heads
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        size = _as(payload_bytes)
+        if gpus <= 1:
+            return np.zeros(size.shape)
+        grid = self.all_reduce_grids.get(gpus)
+        if grid is None:
+            self.fallbacks.add(f"all-reduce over {gpus} GPUs")
+            return self.fallback.all_reduce(size, gpus)
+        return grid(size)
+
+    def elementwise(self, nbytes: ArrayLike) -> Array:
+        return self.fallback.elementwise(nbytes)

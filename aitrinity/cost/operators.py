@@ -1,0 +1,164 @@
+"""One serving step of a transformer as a sequence of GPU operators, timed per operator class.
+
+A step on one tensor-parallel rank processes ``decode`` sequences (one new token each, over its cached
+context) and ``prefill_seqs`` sequences of ``prefill_len`` new tokens each (continuous batching mixes
+the two; Yu et al. 2022, "Orca", OSDI; Agrawal et al. 2024, "Sarathi-Serve"). Its ``T`` tokens go through,
+per layer (the operator list of Megatron-style TP, Shoeybi et al. 2019, Fig. 3; the same decomposition
+LLM-Viewer and aiconfigurator time):
+
+==============  ===================================================  ====================
+operator        shape on one rank                                    class
+==============  ===================================================  ====================
+QKV projection  GEMM ``T x h -> (a + 2g)·d / tp``                     gemm
+attention       prefill (flash, causal) and decode (paged) kernels   attention
+O projection    GEMM ``T x a·d/tp -> h``                              gemm
+all-reduce      ``T·h`` bf16 over ``tp`` GPUs                         communication
+gate/up, down   GEMMs ``T x h -> 2f/tp`` (gated) and ``T x f/tp -> h`` gemm
+MoE             router GEMM; the experts the batch touches, each a    gemm
+                GEMM of its share of the ``T·k`` routed tokens
+norms, act, +   memory-bound element-wise kernels                    elementwise
+==============  ===================================================  ====================
+
+and once per step the embedding gather, the final norm and the LM head (``s x h -> V/tp`` for the ``s``
+sequences that sample). Each kernel's time comes from :class:`~aitrinity.cost.kernels.Kernels` (measured
+tables or the roofline); kernels of one step run back to back on one stream, so a step's time is their
+sum plus the engine's own per-step time (scheduling, sampling, input preparation), which no kernel
+table holds: ``step_overhead_s``, an engine property (:mod:`aitrinity.cost.concurrency`).
+
+Every argument broadcasts: one step or a million candidate steps are one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from aitrinity.cost.kernels import Array, Kernels
+from aitrinity.spec.model import ModelSpec
+
+OPERATOR_CLASSES = ("gemm", "attention", "communication", "elementwise", "engine")
+"""Operator classes in the order a breakdown lists them; ``engine`` is the per-step host-side time."""
+
+OPERATOR_LABELS = {
+    "gemm": "GEMMs (projections, MLP, LM head)",
+    "attention": "attention kernels",
+    "communication": "TP all-reduces (collective latency)",
+    "elementwise": "element-wise kernels (launch-bound)",
+    "engine": "engine per-step overhead (scheduler, sampling)",
+}
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one engine step processes (arrays broadcast)."""
+
+    decode: ArrayLike
+    """Sequences generating one token."""
+    context: ArrayLike
+    """Their mean context (cached tokens attended to)."""
+    prefill_seqs: ArrayLike = 0.0
+    """Sequences whose prompt (or a chunk of it) is processed in this step."""
+    prefill_len: ArrayLike = 1.0
+    """New tokens of each prefilling sequence."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the model is split and stored: TP degree, EP degree (MoE), and the dtypes kernels run in."""
+
+    tp: int = 1
+    ep: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    engine: str = "generic"
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Seconds of one step by operator class (arrays of the broadcast shape), and their sum."""
+
+    gemm: Array
+    attention: Array
+    communication: Array
+    elementwise: Array
+    engine: Array
+
+    @property
+    def total(self) -> Array:
+        return self.gemm + self.attention + self.communication + self.elementwise + self.engine
+
+    def by_class(self) -> dict[str, Array]:
+        return {c: getattr(self, c) for c in OPERATOR_CLASSES}
+
+
+def _attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) on one TP rank; MLA's latent cache is one 'KV head' of its rank."""
+    if m.mla:
+        c = m.mla
+        return max(m.num_attention_heads // tp, 1), 1, c.kv_lora_rank + c.qk_rope_head_dim
+    return max(m.num_attention_heads // tp, 1), max(m.kv_heads // tp, 1), m.dim_head
+
+
+def _mlp(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bool) -> Array:
+    """The MLP of one layer on one rank: dense, or MoE (router, shared experts, touched routed experts)."""
+    h, wd, tp = m.hidden_size, lay.weight_dtype, lay.tp
+    gated = m.mlp == "gated"
+
+    def ffn(rows: Array, width: int) -> Array:
+        up = k.gemm(rows, (2 if gated else 1) * width // tp, h, wd)
+        return up + k.gemm(rows, h, width // tp, wd)
+
+    if not (moe_layer and m.moe):
+        return ffn(tokens, m.intermediate_size)
+    e = m.moe
+    local = e.num_experts / lay.ep
+    routed = tokens * e.experts_per_token / lay.ep  # token-expert pairs landing on this rank's experts
+    touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
+    per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
+    out = k.gemm(tokens, e.num_experts, h, "bf16") + touched * ffn(per_expert, e.expert_intermediate_size)
+    if e.num_shared_experts:
+        out = out + ffn(tokens, e.num_shared_experts * e.expert_intermediate_size)
+    return out
+
+
+def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhead_s: float = 0.0) -> StepTimes:
+    """Time of one engine step on one TP rank, by operator class (see module doc)."""
+    dec = np.asarray(s.decode, dtype=np.float64)
+    ctx = np.asarray(s.context, dtype=np.float64)
+    nps = np.asarray(s.prefill_seqs, dtype=np.float64)
+    plen = np.asarray(s.prefill_len, dtype=np.float64)
+    tokens = dec + nps * plen
+    rows = np.maximum(tokens, 1.0)
+    tp, wd, h = lay.tp, lay.weight_dtype, m.hidden_size
+    a, g, d = _attention_shape(m, tp)
+    dv = m.v_head_dim if m.mla else d
+
+    qkv = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd)
+    o_proj = k.gemm(rows, h, a * dv, wd)
+    attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), np.maximum(ctx, 1.0), a, g, d, lay.kv_dtype), 0.0)
+    attn = attn + np.where(
+        nps > 0, k.prefill_attention(np.maximum(nps, 1.0), np.maximum(plen, 1.0), a, g, d, lay.kv_dtype), 0.0
+    )
+    dense_mlp = _mlp(m, k, lay, rows, moe_layer=False)
+    moe_mlp = _mlp(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
+    act_bytes = rows * h * 2.0
+    ar = k.all_reduce(act_bytes, tp)
+    elem = 4.0 * k.elementwise(2.0 * act_bytes)  # 2 norms, residual adds, activation: ~4 memory passes
+
+    layers = m.num_layers
+    samplers = np.maximum(dec + nps, 1.0)
+    gemm = layers * (qkv + o_proj) + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
+    gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
+    comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
+    elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
+    shape = tokens.shape
+    engine = np.full(shape, float(step_overhead_s))
+    return StepTimes(
+        gemm=np.broadcast_to(gemm, shape).astype(np.float64),
+        attention=np.broadcast_to(layers * attn, shape).astype(np.float64),
+        communication=np.broadcast_to(comm, shape).astype(np.float64),
+        elementwise=np.broadcast_to(elementwise, shape).astype(np.float64),
+        engine=engine,
+    )

@@ -1,0 +1,76 @@
+"""Which kernel times price a GPU: the measured tables (``[silicon]`` extra) or the catalog's compact
+roofline parameters, and the one line that says which (front door: it may read the tables).
+
+``kernels(device, engine, version)`` answers with :class:`~aitrinity.cost.kernels.TableKernels` when
+``aiconfigurator-core`` is installed and has tables for the device, else with
+:class:`~aitrinity.cost.kernels.RooflineKernels` from the device's ``kernels:`` entry (or, for a device
+without one, from its generic efficiency figures). :class:`KernelChoice` records the choice, the asked
+and the used engine version, and why a fallback happened, for stderr and ``--json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aitrinity.cost.kernels import Kernels, RooflineKernels
+from aitrinity.errors import SpecError
+from aitrinity.spec.hardware import AttentionParams, CollectiveParams, DeviceSpec, GemmParams, KernelParams
+
+ENGINES = ("trtllm", "vllm", "sglang", "generic")
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    kernels: Kernels
+    source: str
+    """``table h100_sxm/vllm/0.24.0`` or ``roofline (catalog h100-sxm)``."""
+    note: str | None
+    """Why the source differs from what was asked (no extra, no table, another version), or None."""
+
+
+def generic_params(dev: DeviceSpec) -> KernelParams:
+    """Compact parameters for a device whose catalog entry has none: its efficiency figures, a 5 µs launch
+    and its memory efficiency; an all-reduce at NVLink-class latency (an assumption, said in ``source``)."""
+    eff = dev.efficiency
+    gemm = GemmParams(efficiency=eff.compute, half_rows=eff.compute_half_rows, launch_s=5e-6)
+    return KernelParams(
+        source=f"generic: {dev.name}'s efficiency figures, 5 µs launches (no kernel tables derived)",
+        gemm={"bf16": gemm},
+        attention=AttentionParams(
+            prefill_efficiency=eff.compute * 0.6, decode_memory_efficiency=eff.memory, launch_s=5e-6
+        ),
+        all_reduce={n: CollectiveParams(latency_s=10e-6 * n / 2, bus_bandwidth_Bps=150e9) for n in (2, 4, 8)},
+        memory_efficiency=eff.memory,
+    )
+
+
+def roofline(dev: DeviceSpec) -> RooflineKernels:
+    params = dev.kernels or generic_params(dev)
+    return RooflineKernels(
+        {str(k): v for k, v in dev.peak_flops.items()},
+        dev.memory_bandwidth_Bps,
+        params,
+        f"roofline (catalog {dev.name})",
+    )
+
+
+def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None, tables: bool = True) -> KernelChoice:
+    """The kernel times for ``dev`` under ``engine``; ``tables=False`` forces the catalog roofline."""
+    if engine not in ENGINES:
+        raise SpecError("system.engine", engine, f"one of {', '.join(ENGINES)}")
+    fallback = roofline(dev)
+    if not tables:
+        return KernelChoice(fallback, fallback.source, None)
+    from aitrinity.catalog import kernel_tables as kt
+
+    if not kt.available():
+        note = "measured kernel tables not installed (pip install 'aitrinity[silicon]'): catalog roofline"
+        return KernelChoice(fallback, fallback.source, note if dev.kind == "gpu" else None)
+    if dev.name not in kt.SYSTEM_OF_DEVICE or engine == "generic":
+        why = f"no kernel tables for {dev.name}" if engine != "generic" else "no engine named (system.engine)"
+        return KernelChoice(fallback, fallback.source, f"{why}: catalog roofline" if dev.kind == "gpu" else None)
+    table = kt.load(dev.name, engine, version, fallback)
+    used = kt.choice(dev.name, engine, version)
+    if version is not None and used.version != version:
+        return KernelChoice(table, table.source, f"no {engine} {version} tables for {dev.name}: using {used.version}")
+    return KernelChoice(table, table.source, None)

@@ -1,0 +1,302 @@
+"""``trinity validate --serving FILE``: price every measured serving run of a CSV and say how far off we are.
+
+The file's format is that of ``aiconfigurator-core``'s end-to-end samples (and of
+``../shared/validation/serving_h100_dense.csv``): one row per benchmark run of a server at a fixed
+concurrency -- ``model_path`` (a Hugging Face id), ``system`` (``h100_sxm``), ``backend`` and
+``backend_version``, ``mode`` (``agg``: prefill and decode on the same GPUs), ``isl``, ``osl``,
+``batch_size`` (the concurrency), ``tp_size``, ``pp_size``, ``attention_dp_size``, ``gemm_quant_mode``
+(``''`` = bf16, ``fp8``, ``nvfp4``), and the measured ``silicon_ttft_ms`` and ``silicon_tpot_ms``.
+
+Each row is priced by :func:`aitrinity.cost.concurrency.steady_state` with the kernels
+:mod:`aitrinity.silicon` chooses (the measured tables with ``[silicon]``, else the catalog roofline);
+rows the model cannot express (disaggregated, pipeline-parallel, attention-DP, an unknown model or GPU)
+are counted and listed with the reason, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aitrinity import catalog, silicon
+from aitrinity.cost.concurrency import steady_state
+from aitrinity.cost.ledger import Result
+from aitrinity.cost.operators import Layout
+from aitrinity.errors import SpecError, TrinityError
+
+DEVICE_OF_SYSTEM = {
+    "h100_sxm": "h100-sxm",
+    "h100_pcie": "h100-pcie",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "a100_sxm": "a100-80gb-sxm",
+    "l40s": "l40s",
+    "l4": "l4",
+}
+DTYPE_OF_QUANT = {"": "bf16", "bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+REQUIRED = (
+    "model_path",
+    "system",
+    "backend",
+    "mode",
+    "isl",
+    "osl",
+    "batch_size",
+    "tp_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+WITHIN = 0.15
+
+
+class PricedRun(Result):
+    id: str
+    model: str
+    device: str
+    engine: str
+    dtype: str
+    tp: int
+    concurrency: int
+    isl: int
+    osl: int
+    ttft_measured_s: float
+    ttft_predicted_s: float
+    tpot_measured_s: float
+    tpot_predicted_s: float
+
+
+class Skipped(Result):
+    id: str
+    reason: str
+
+
+class ErrorStats(Result):
+    """Relative errors ``(predicted - measured) / measured`` of one quantity over a group of runs."""
+
+    runs: int
+    mape: float
+    median_error: float
+    within_15: float
+
+
+class GroupStats(Result):
+    group: str
+    """``all``, or ``model=...``, ``engine=...``, ``dtype=...``, ``tp=...``."""
+    ttft: ErrorStats
+    tpot: ErrorStats
+
+
+class ServingValidation(Result):
+    file: str
+    kernels: list[str]
+    """Kernel sources used (``table h100_sxm/vllm/0.24.0``, ``roofline (catalog h100-sxm)``)."""
+    notes: list[str]
+    groups: list[GroupStats]
+    runs: list[PricedRun]
+    skipped: list[Skipped]
+
+    @property
+    def overall(self) -> GroupStats:
+        return self.groups[0]
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    model: str
+    device: str
+    engine: str
+    version: str | None
+    dtype: str
+    tp: int
+    c: int
+    isl: int
+    osl: int
+    ttft_ms: float
+    tpot_ms: float
+
+
+def read_rows(path: Path) -> tuple[list[_Row], list[Skipped]]:
+    """Parse the CSV (bytes, decoded with a clear error); rows the model cannot express come back as Skipped."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        raise SpecError.at(path, f"cannot read the file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError.at(path, f"not UTF-8 text (byte {e.start})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise SpecError.at(path, f"not a serving-runs CSV: missing column(s) {', '.join(missing)}")
+    rows: list[_Row] = []
+    skipped: list[Skipped] = []
+    for n, raw in enumerate(reader, start=2):
+        rid = raw.get("id") or f"line {n}"
+        try:
+            row = _parse(rid, raw)
+        except _Skip as s:
+            skipped.append(Skipped(id=rid, reason=str(s)))
+            continue
+        except (ValueError, TypeError):
+            raise SpecError.at(f"{path}:{n}", "a run with non-numeric or missing sizes or times") from None
+        rows.append(row)
+    return rows, skipped
+
+
+class _Skip(Exception):
+    pass
+
+
+def _int(raw: dict[str, str], key: str, default: int = 1) -> int:
+    v = (raw.get(key) or "").strip()
+    return int(float(v)) if v else default
+
+
+def _parse(rid: str, raw: dict[str, str]) -> _Row:
+    if raw["mode"].strip() != "agg":
+        raise _Skip(f"mode {raw['mode']!r}: disaggregated prefill/decode pools are not in the analytic model yet")
+    if _int(raw, "pp_size") > 1:
+        raise _Skip("pipeline parallel serving at fixed concurrency is not modelled")
+    if _int(raw, "attention_dp_size") > 1:
+        raise _Skip("attention data parallelism is not modelled")
+    device = DEVICE_OF_SYSTEM.get(raw["system"].strip())
+    if device is None:
+        raise _Skip(f"no catalog device for system {raw['system']!r}")
+    try:
+        model = catalog.canonical("models", raw["model_path"].strip())
+    except TrinityError:
+        raise _Skip(f"no catalog model for {raw['model_path']!r}") from None
+    quant = raw.get("gemm_quant_mode", "").strip()
+    if quant not in DTYPE_OF_QUANT:
+        raise _Skip(f"GEMM precision {quant!r} not modelled")
+    engine = raw["backend"].strip()
+    if engine not in silicon.ENGINES:
+        raise _Skip(f"engine {engine!r} unknown")
+    values = [float(raw[k]) for k in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")]
+    if not all(np.isfinite(values)) or min(values) <= 0:
+        raise _Skip("a size or a measured time that is not a positive number")
+    return _Row(
+        id=rid,
+        model=model,
+        device=device,
+        engine=engine,
+        version=(raw.get("backend_version") or "").strip() or None,
+        dtype=DTYPE_OF_QUANT[quant],
+        tp=_int(raw, "tp_size"),
+        c=_int(raw, "batch_size"),
+        isl=_int(raw, "isl"),
+        osl=_int(raw, "osl"),
+        ttft_ms=float(raw["silicon_ttft_ms"]),
+        tpot_ms=float(raw["silicon_tpot_ms"]),
+    )
+
+
+def _stats(errors: Iterable[float]) -> ErrorStats:
+    e = np.fromiter(errors, dtype=np.float64)
+    return ErrorStats(
+        runs=len(e),
+        mape=float(np.mean(np.abs(e))),
+        median_error=float(np.median(e)),
+        within_15=float(np.mean(np.abs(e) <= WITHIN)),
+    )
+
+
+def price_rows(
+    rows: list[_Row], tables: bool = True, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[PricedRun], list[str], list[str]]:
+    """Price every row, one vectorized call per (model, GPU, engine, dtype, TP) group."""
+    groups: dict[tuple[str, str, str, str | None, str, int], list[_Row]] = defaultdict(list)
+    for r in rows:
+        groups[(r.model, r.device, r.engine, r.version, r.dtype, r.tp)].append(r)
+    priced: list[PricedRun] = []
+    sources: set[str] = set()
+    notes: set[str] = set()
+    for done, ((model, device, engine, version, dtype, tp), rs) in enumerate(groups.items(), start=1):
+        m, dev = catalog.model(model), catalog.device(device)
+        choice = silicon.kernels(dev, engine, version, tables)
+        sources.add(choice.source)
+        if choice.note:
+            notes.add(choice.note)
+        lay = Layout(tp=tp, weight_dtype=dtype, kv_dtype="bf16", engine=engine)
+        ss = steady_state(m, choice.kernels, lay, [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs])
+        for i, r in enumerate(rs):
+            priced.append(
+                PricedRun(
+                    id=r.id,
+                    model=model,
+                    device=device,
+                    engine=engine,
+                    dtype=dtype,
+                    tp=tp,
+                    concurrency=r.c,
+                    isl=r.isl,
+                    osl=r.osl,
+                    ttft_measured_s=r.ttft_ms * 1e-3,
+                    ttft_predicted_s=float(ss.ttft_s[i]),
+                    tpot_measured_s=r.tpot_ms * 1e-3,
+                    tpot_predicted_s=float(ss.tpot_s[i]),
+                )
+            )
+        fallbacks: set[str] = getattr(choice.kernels, "fallbacks", set())
+        notes.update(f"{choice.source}: no table for {f}, roofline used" for f in fallbacks)
+        if progress:
+            progress(done, len(groups))
+    return priced, sorted(sources), sorted(notes)
+
+
+def summarize(priced: list[PricedRun]) -> list[GroupStats]:
+    def err(p: PricedRun, q: str) -> float:
+        meas = getattr(p, f"{q}_measured_s")
+        return float((getattr(p, f"{q}_predicted_s") - meas) / meas)
+
+    keyed: dict[str, list[PricedRun]] = defaultdict(list)
+    for p in priced:
+        keyed["all"].append(p)
+        for k in ("model", "engine", "dtype", "tp", "device"):
+            keyed[f"{k}={getattr(p, k)}"].append(p)
+    return [
+        GroupStats(group=g, ttft=_stats(err(p, "ttft") for p in ps), tpot=_stats(err(p, "tpot") for p in ps))
+        for g, ps in sorted(keyed.items(), key=lambda kv: (kv[0] != "all", kv[0]))
+    ]
+
+
+def validate(
+    path: str | Path, tables: bool = True, progress: Callable[[int, int], None] | None = None
+) -> ServingValidation:
+    p = Path(path)
+    rows, skipped = read_rows(p)
+    if not rows:
+        raise SpecError.at(p, f"no run the model can express ({len(skipped)} skipped)")
+    priced, sources, notes = price_rows(rows, tables, progress)
+    return ServingValidation(
+        file=str(p), kernels=sources, notes=notes, groups=summarize(priced), runs=priced, skipped=skipped
+    )
+
+
+def markdown(report: ServingValidation) -> str:
+    """The error table: one row per group (overall first), then the kernels used and the skipped runs."""
+    lines = [
+        f"{len(report.runs)} runs of {Path(report.file).name} priced with {', '.join(report.kernels)}"
+        f" ({len(report.skipped)} skipped)",
+        "",
+        "| group | runs | TTFT MAPE | TTFT median | TTFT within 15% | TPOT MAPE | TPOT median | TPOT within 15% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in report.groups:
+        t, p = g.ttft, g.tpot
+        lines.append(
+            f"| {g.group} | {t.runs} | {t.mape:.1%} | {t.median_error:+.1%} | {t.within_15:.0%} "
+            f"| {p.mape:.1%} | {p.median_error:+.1%} | {p.within_15:.0%} |"
+        )
+    reasons: dict[str, int] = defaultdict(int)
+    for s in report.skipped:
+        reasons[s.reason] += 1
+    for reason, n in sorted(reasons.items()):
+        lines.append(f"\nskipped {n}: {reason}")
+    return "\n".join(lines)
