@@ -153,7 +153,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
-    shape = tokens.shape
+    shape = np.broadcast(dec, ctx, nps, plen).shape
     engine = np.full(shape, float(step_overhead_s))
     return StepTimes(
         gemm=np.broadcast_to(gemm, shape).astype(np.float64),

@@ -1,0 +1,87 @@
+"""The measured kernel tables of aiconfigurator-core ([silicon] extra, installed by the dev extra)."""
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from aitrinity import catalog, silicon
+from aitrinity.catalog import kernel_tables as kt
+from aitrinity.errors import SpecError
+
+
+def test_the_tables_are_installed_for_the_tests():
+    assert kt.available(), "pip install -e '.[dev]' brings aiconfigurator-core; the silicon tests need it"
+
+
+@pytest.fixture(scope="module")
+def h100_vllm():
+    return silicon.kernels(catalog.device("h100-sxm"), "vllm", "0.24.0")
+
+
+def test_a_gemm_at_a_measured_shape_is_the_measured_latency(h100_vllm):
+    path = kt.data_root() / "h100_sxm" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet"
+    t = pq.read_table(path).to_pydict()
+    i = next(
+        i
+        for i in range(len(t["m"]))
+        if t["gemm_dtype"][i] == "bfloat16" and t["m"][i] == 64 and t["n"][i] == 4096 and t["k"][i] == 4096
+    )
+    assert float(h100_vllm.kernels.gemm(64, 4096, 4096, "bf16")) == pytest.approx(t["latency"][i] * 1e-3)
+    assert h100_vllm.source == "table h100_sxm/vllm/0.24.0" and h100_vllm.note is None
+
+
+def test_measured_times_are_monotone_in_the_sizes_that_matter(h100_vllm):
+    k = h100_vllm.kernels
+    g = k.gemm(np.array([1.0, 64.0, 1024.0, 8192.0]), 8192, 8192, "bf16")
+    assert g[0] == pytest.approx(g[1], rel=0.2)  # rows 1 to 64 stream the same weights: a plateau (noisy)
+    assert g[3] > g[2] > 2 * g[1]
+    d = k.decode_attention(32, np.array([1024.0, 16384.0]), 8, 1, 128, "bf16")
+    assert d[1] > d[0]
+    ar = k.all_reduce(np.array([1e4, 1e8]), 8)
+    assert ar[1] > ar[0] > 0
+
+
+def test_an_engine_version_without_tables_says_which_it_used():
+    choice = silicon.kernels(catalog.device("h100-sxm"), "vllm", "0.12.0")
+    assert choice.note == "no vllm 0.12.0 tables for h100-sxm: using 0.24.0"
+
+
+def test_a_dtype_without_a_table_falls_back_and_is_recorded():
+    choice = silicon.kernels(catalog.device("h100-sxm"), "vllm", None)
+    k = choice.kernels
+    k.fallbacks.clear()
+    t = k.decode_attention(8, 1024, 8, 1, 96, "bf16")  # no head_dim-96 table
+    assert float(t) > 0 and "attention head_dim 96 kv bf16" in k.fallbacks
+
+
+def test_devices_and_engines_without_tables_use_the_catalog_roofline():
+    cpu = silicon.kernels(catalog.device("epyc-9654"), "vllm")
+    assert cpu.source.startswith("roofline") and cpu.note is None
+    generic = silicon.kernels(catalog.device("h100-sxm"), "generic")
+    assert generic.source == "roofline (catalog h100-sxm)" and "system.engine" in generic.note
+    with pytest.raises(SpecError, match=r"system\.engine"):
+        silicon.kernels(catalog.device("h100-sxm"), "tensorflow")
+
+
+def test_a_corrupt_table_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    folder = tmp_path / "h100_sxm" / "gemm" / "vllm" / "9.9.9"
+    folder.mkdir(parents=True)
+    (folder / "gemm_perf.parquet").write_bytes(b"PAR1 this is not parquet")
+    monkeypatch.setattr(kt, "data_root", lambda: tmp_path)
+    kt._tables.cache_clear()
+    try:
+        with pytest.raises(SpecError) as err:
+            kt.load("h100-sxm", "vllm", "9.9.9", silicon.roofline(catalog.device("h100-sxm")))
+        assert "not a readable kernel table" in str(err.value) and "\n" not in str(err.value)
+    finally:
+        kt._tables.cache_clear()
+
+
+def test_without_the_extra_the_roofline_is_used_and_said(monkeypatch):
+    def missing():
+        raise SpecError.at("system.engine", "measured kernel tables need: pip install 'aitrinity[silicon]'")
+
+    monkeypatch.setattr(kt, "data_root", missing)
+    choice = silicon.kernels(catalog.device("h100-sxm"), "vllm")
+    assert choice.source == "roofline (catalog h100-sxm)"
+    assert "aitrinity[silicon]" in choice.note

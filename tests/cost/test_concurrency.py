@@ -1,0 +1,47 @@
+"""Fixed-concurrency steady state: Little's law, and the order of the times."""
+
+import numpy as np
+import pytest
+
+from aitrinity import catalog, silicon
+from aitrinity.cost.concurrency import ENGINE_PROFILES, EngineProfile, steady_state
+from aitrinity.cost.operators import Layout
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return catalog.model("llama-3.1-8b"), silicon.roofline(catalog.device("h100-sxm")), Layout(tp=1, engine="vllm")
+
+
+def test_littles_law_and_request_latency(setup):
+    m, k, lay = setup
+    c = np.array([1.0, 8.0, 64.0])
+    ss = steady_state(m, k, lay, c, 1024, 256)
+    assert ss.request_latency_s == pytest.approx(ss.ttft_s + 255 * ss.tpot_s)
+    assert ss.requests_per_s == pytest.approx(c / ss.request_latency_s)
+    assert ss.output_tokens_per_s == pytest.approx(ss.requests_per_s * 256)
+
+
+def test_more_clients_slow_each_token_but_raise_throughput(setup):
+    m, k, lay = setup
+    ss = steady_state(m, k, lay, np.array([1.0, 8.0, 64.0]), 1024, 256)
+    assert (np.diff(ss.tpot_s) > 0).all()
+    assert (np.diff(ss.output_tokens_per_s) > 0).all()
+
+
+def test_tpot_carries_the_prefills_that_share_its_steps(setup):
+    m, k, lay = setup
+    ss = steady_state(m, k, lay, 32, 4096, 128)
+    assert float(ss.tpot_s) > float(ss.decode_step.total)
+    quiet = EngineProfile(step_overhead_s=0.0, prefill_interference=0.0, prefill_steps=1.0, batch_wait=0.0)
+    ss0 = steady_state(m, k, lay, 32, 4096, 128, quiet)
+    assert float(ss0.tpot_s) == pytest.approx(float(ss0.decode_step.total))
+    assert float(ss0.ttft_s) == pytest.approx(float(ss0.mixed_step.total))
+
+
+def test_every_engine_has_a_profile_and_an_unknown_one_gets_the_generic():
+    assert {"trtllm", "vllm", "sglang", "generic"} <= set(ENGINE_PROFILES)
+    m, k = catalog.model("llama-3.1-8b"), silicon.roofline(catalog.device("h100-sxm"))
+    a = steady_state(m, k, Layout(engine="no-such-engine"), 8, 1024, 128)
+    b = steady_state(m, k, Layout(engine="generic"), 8, 1024, 128)
+    assert float(a.tpot_s) == float(b.tpot_s)

@@ -1,0 +1,61 @@
+"""A serving step as its operators: broadcasting, TP, and what each operator class depends on."""
+
+import numpy as np
+import pytest
+
+from aitrinity import catalog, silicon
+from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, step_times
+
+
+@pytest.fixture(scope="module")
+def k():
+    return silicon.roofline(catalog.device("h100-sxm"))
+
+
+@pytest.fixture(scope="module")
+def m():
+    return catalog.model("llama-3.1-70b")
+
+
+def test_a_batch_of_shapes_is_priced_like_each_one(k, m):
+    dec = np.array([1.0, 8.0, 64.0])
+    ctx = np.array([512.0, 2048.0, 8192.0])
+    lay = Layout(tp=4)
+    batch = step_times(m, k, lay, StepShape(decode=dec, context=ctx))
+    for i in range(3):
+        one = step_times(m, k, lay, StepShape(decode=dec[i], context=ctx[i]))
+        for c in OPERATOR_CLASSES:
+            assert getattr(batch, c)[i] == pytest.approx(float(getattr(one, c)))
+    assert batch.total == pytest.approx(sum(getattr(batch, c) for c in OPERATOR_CLASSES))
+
+
+def test_tp_splits_the_gemms_and_adds_all_reduces(k, m):
+    s = StepShape(decode=8, context=2048)
+    one, eight = step_times(m, k, Layout(tp=1), s), step_times(m, k, Layout(tp=8), s)
+    assert float(one.communication) == 0.0 and float(eight.communication) > 0.0
+    assert float(eight.gemm) < float(one.gemm) / 4  # weights read per rank shrink 8x (plus launches)
+    # at small batch, 160 all-reduces a step are a visible fixed cost: latency, not bytes
+    assert float(eight.communication) > 160 * catalog.device("h100-sxm").kernels.all_reduce[8].latency_s
+
+
+def test_context_drives_decode_attention_and_prefill_drives_gemms(k, m):
+    lay = Layout(tp=8)
+    short, long = step_times(m, k, lay, StepShape(decode=32, context=np.array([1024.0, 32768.0]))).attention
+    assert long > 10 * short
+    no_pf, pf = step_times(
+        m, k, lay, StepShape(decode=32, context=1024, prefill_seqs=np.array([0.0, 1.0]), prefill_len=4096)
+    ).gemm
+    assert pf > 5 * no_pf
+
+
+def test_overhead_is_the_engine_class_only(k, m):
+    s = StepShape(decode=4, context=1024)
+    a = step_times(m, k, Layout(), s)
+    b = step_times(m, k, Layout(), s, step_overhead_s=1e-3)
+    assert float(b.engine) == 1e-3 and float(b.total - a.total) == pytest.approx(1e-3)
+
+
+def test_moe_touches_more_experts_as_the_batch_grows(k):
+    m = catalog.model("mixtral-8x7b")
+    g = step_times(m, k, Layout(tp=2), StepShape(decode=np.array([1.0, 256.0]), context=1024)).gemm
+    assert g[1] > g[0]
