@@ -124,9 +124,46 @@ def ledger(r: Resolved) -> Ledger:
 
 
 def estimate(r: Resolved) -> Estimate:
+    """Price a resolved scenario: serving at a fixed concurrency through the operator model (kernel tables
+    or the catalog's kernel parameters, :mod:`aitrinity.silicon`), everything else by the phase roofline."""
     from aitrinity.cost.estimate import price
 
-    return price(ledger(r), r.system)
+    led = ledger(r)
+    job = r.scenario.workload.serving
+    if job is None or job.mode != "concurrency":
+        return price(led, r.system)
+    return _estimate_concurrency(r, led)
+
+
+def _estimate_concurrency(r: Resolved, led: Ledger) -> Estimate:
+    """Serving at ``batch`` clients: the ledger with one request's prefill (what TTFT prices), priced by the
+    operator model's steady state on one replica. With pipeline parallelism a token still passes every
+    layer in turn, so the step is priced as the whole model on one TP group (PP adds capacity, not speed;
+    the stage hops are in the ledger's links)."""
+    from aitrinity import silicon
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.estimate import price_concurrency
+    from aitrinity.cost.operators import Layout
+    from aitrinity.cost.serving import effects, prefill_phase
+
+    plan, fx = effects(r.scenario.plan)
+    job = r.scenario.workload.serving
+    assert job is not None and led.serving is not None
+    notes: list[str] = []
+    c = max(led.serving.batch, 1)
+    one = prefill_phase(r.model, plan, r.system, 1, job.prompt_tokens, fx)
+    led = led.model_copy(update={"phases": [one, led.phases[1]]})
+    choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
+    if choice.note:
+        notes.append(choice.note)
+    lay = Layout(
+        tp=plan.tp, ep=plan.ep, weight_dtype=plan.weights_dtype, kv_dtype=plan.cache_dtype, engine=r.system.engine
+    )
+    ss = steady_state(
+        r.model, choice.kernels, lay, c, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit
+    )
+    notes.extend(f"no kernel table for {f}: roofline used" for f in sorted(getattr(choice.kernels, "fallbacks", ())))
+    return price_concurrency(led, r.system, ss, choice.source, notes)
 
 
 def diagnose(

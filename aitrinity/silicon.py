@@ -55,20 +55,21 @@ def roofline(dev: DeviceSpec) -> RooflineKernels:
 
 
 def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None, tables: bool = True) -> KernelChoice:
-    """The kernel times for ``dev`` under ``engine``; ``tables=False`` forces the catalog roofline."""
+    """The kernel times for ``dev`` under ``engine``; ``tables=False`` or ``engine="generic"`` (no engine
+    named) gives the catalog roofline, so that a scenario's numbers do not depend on an optional extra."""
     if engine not in ENGINES:
         raise SpecError("system.engine", engine, f"one of {', '.join(ENGINES)}")
     fallback = roofline(dev)
-    if not tables:
+    if not tables or engine == "generic":  # no engine named: the catalog's parameters, by choice
         return KernelChoice(fallback, fallback.source, None)
     from aitrinity.catalog import kernel_tables as kt
 
     if not kt.available():
         note = "measured kernel tables not installed (pip install 'aitrinity[silicon]'): catalog roofline"
         return KernelChoice(fallback, fallback.source, note if dev.kind == "gpu" else None)
-    if dev.name not in kt.SYSTEM_OF_DEVICE or engine == "generic":
-        why = f"no kernel tables for {dev.name}" if engine != "generic" else "no engine named (system.engine)"
-        return KernelChoice(fallback, fallback.source, f"{why}: catalog roofline" if dev.kind == "gpu" else None)
+    if dev.name not in kt.SYSTEM_OF_DEVICE:
+        note = f"no kernel tables for {dev.name}: catalog roofline"
+        return KernelChoice(fallback, fallback.source, note if dev.kind == "gpu" else None)
     table = kt.load(dev.name, engine, version, fallback)
     used = kt.choice(dev.name, engine, version)
     if version is not None and used.version != version:

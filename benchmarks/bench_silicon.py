@@ -13,9 +13,9 @@ and prints MAPE, median error and the share within 15% for TTFT and TPOT next to
 (TPOT MAPE <= 15% and TTFT <= 25% with tables; TPOT <= 25% without).
 
 ``--fit`` re-fits the engine profiles (:data:`aitrinity.cost.concurrency.ENGINE_PROFILES`: the per-step
-host overhead and the three scheduling weights, the only fitted constants) on this file by Nelder-Mead on
-``MAPE(TPOT) + MAPE(TTFT)`` per engine, and prints them; they are pasted into the code by hand. Fit on the
-development file only.
+host overhead, the three scheduling weights and the per-request overhead, the only fitted constants) on
+this file by Nelder-Mead on ``MAPE(TPOT) + MAPE(TTFT)`` per engine, and prints them; they are pasted into
+the code by hand. Fit on the development file only.
 
     python benchmarks/bench_silicon.py [--csv FILE] [--fit] [--json]
 """
@@ -49,7 +49,10 @@ def before(rows: list) -> list[tuple[float, float]]:
         data = {
             "name": r.id,
             "system": {"device": r.device, "num_devices": r.tp},
-            "workload": {"model": r.model, "serving": {"prompt_tokens": r.isl, "output_tokens": r.osl, "batch": r.c}},
+            "workload": {
+                "model": r.model,
+                "serving": {"prompt_tokens": r.isl, "output_tokens": r.osl, "batch": r.c, "mode": "static"},
+            },
             "plan": {"tp": r.tp, "weight_dtype": r.dtype if r.dtype != "bf16" else None},
         }
         est = api.estimate(api.resolve(validate(Scenario, data)))
@@ -82,7 +85,7 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
             prepared.append((catalog.model(model), k, Layout(tp=tp, weight_dtype=dtype, engine=engine), rs))
 
         def loss(x: np.ndarray, prepared: list = prepared) -> float:
-            if (x < 0).any() or x[0] > 0.02:
+            if (x < 0).any() or x[0] > 0.02 or x[4] > 0.5 or x[2] < 1.0:  # its own step at least
                 return 1e9
             prof = EngineProfile(*x)
             e_tpot, e_ttft = [], []

@@ -235,6 +235,8 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
             "price_per_device_hour": s.price_per_device_hour,
             "power_per_device_W": s.power_per_device,
             "efficiency": s.efficiency,
+            "engine": s.engine,
+            "engine_version": s.engine_version,
         },
         "system",
     )

@@ -290,6 +290,9 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
     refs = args.scenarios or api.builtin_scenarios()
     results = [api.diagnose(r, args.overrides) for r in refs]
+    for r in results:  # fallbacks of the kernel times: one line each on stderr (and in the output)
+        for note in r.estimate.notes if isinstance(r, Diagnosis) else []:
+            print(f"trinity: {r.scenario}: {note}", file=sys.stderr)
     if args.json:
         print(dump([r.model_dump(mode="json") for r in results]))
     else:

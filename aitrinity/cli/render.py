@@ -53,6 +53,10 @@ def diagnosis(d: Diagnosis) -> str:
         if pe.bubble_s > 0:
             rows.append(["pipeline bubble", format_time(pe.bubble_s), f"{ph.bubble_fraction:.0%}", "fill + drain"])
         lines += _table(rows)
+        if pe.operators:
+            ops = [["operator class", "time", "share", ""]]
+            ops += [[o.label, format_time(o.time_s), f"{o.share:.0%}", ""] for o in pe.operators]
+            lines += _table(ops, indent="    ")
     cap = d.capacity
     lines.append(
         f"memory per device: {format_bytes(cap.used_bytes)} of {format_bytes(cap.usable_bytes)} usable"
@@ -66,6 +70,9 @@ def diagnosis(d: Diagnosis) -> str:
             f" -> {'fits' if t.fits else 'DOES NOT FIT'}"
         )
         lines += _table([[i.category, format_bytes(i.bytes), "", ""] for i in t.items])
+    if est.kernels:
+        lines.append(f"kernels: {est.kernels}")
+    lines += [f"note: {n}" for n in est.notes]
     if d.exchanges:
         lines.append("exchanges:")
         lines += [f"  [{x.pathway}] {x.sentence}" for x in d.exchanges]
@@ -95,8 +102,9 @@ def metrics(d: Diagnosis) -> str:
         s = est.serving
         led = est.ledger.serving
         assert led is not None
+        clients = "concurrency" if s.mode == "concurrency" else "batch"
         parts += [
-            f"batch {led.batch} (max {led.max_batch})",
+            f"{clients} {led.batch} (max {led.max_batch})",
             f"TTFT {format_time(s.ttft_s)}",
             f"TPOT {format_time(s.tpot_s)}",
             f"{s.output_tokens_per_s:,.0f} output tokens/s",

@@ -14,14 +14,16 @@ carries ``c/osl`` prompts' prefill work on top (the amortised share that the mea
 
 TTFT -- the prefill and the waits before it:
 
-    TTFT = n_prefill · t_step(decode c-1, prefill 1)  +  w_batch · (c-1)/2 · t_prefill(1)
+    TTFT = t_request + n_prefill · t_step(decode c-1, prefill 1)  +  w_batch · (c-1)/2 · t_prefill(1)
 
+``t_request`` the server's fixed work per request outside the GPU (HTTP, tokenization, hand-off);
 ``n_prefill`` mixed steps (the prompt's own step, the step in flight when it arrives, scheduler lag and
-the chunks of a long prompt) and ``(c-1)/2 · t_prefill(1)``, the mean wait behind the other prompts of a
-wave that arrives together (clients that stay synchronised because every request has the same length).
-Engines differ in which of the two dominates, so the weights are an :class:`EngineProfile`. (A third
-candidate, a wait of one inter-completion time ``T/c`` for admission, fitted to zero on every engine and
-was dropped.)
+the chunks of a long prompt); ``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
+wave that arrives together -- all ``c`` clients start at once, so the first round is one such wave, and
+an engine whose clients stay synchronised (equal request lengths) keeps meeting them; ``w_batch`` is the
+share of requests that wait so (about 1/rounds when only the first round does). Engines differ in which
+term dominates, so the weights are an :class:`EngineProfile`. (A wait of one inter-completion time
+``T/c`` for admission was tried too and fitted to zero on every engine.)
 
 The profile's constants cannot come from kernel tables (they are scheduling behaviour), so they are
 **fitted** on the development runs only (``benchmarks/bench_silicon.py --fit``) and named in
@@ -42,7 +44,7 @@ from aitrinity.spec.model import ModelSpec
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """An engine's scheduling behaviour in four numbers (see module doc)."""
+    """An engine's scheduling behaviour in five numbers (see module doc)."""
 
     step_overhead_s: float
     """Host-side time per step (scheduler, sampling, input preparation) on top of the kernels."""
@@ -52,16 +54,19 @@ class EngineProfile:
     """``n_prefill``: mixed steps until the first token (chunks, scheduling lag)."""
     batch_wait: float
     """``w_batch``: weight of the wait behind the other prompts of a synchronised wave."""
+    request_overhead_s: float = 0.0
+    """``t_request``: per-request time outside the GPU before the first token (HTTP, tokenization)."""
 
 
 ENGINE_PROFILES: dict[str, EngineProfile] = {
-    "trtllm": EngineProfile(step_overhead_s=0.20e-3, prefill_interference=0.90, prefill_steps=5.0, batch_wait=0.01),
-    "vllm": EngineProfile(step_overhead_s=1.29e-3, prefill_interference=0.99, prefill_steps=2.2, batch_wait=0.0),
-    "sglang": EngineProfile(step_overhead_s=1.02e-3, prefill_interference=0.49, prefill_steps=3.6, batch_wait=0.92),
-    "generic": EngineProfile(step_overhead_s=0.84e-3, prefill_interference=0.79, prefill_steps=3.6, batch_wait=0.31),
+    "trtllm": EngineProfile(0.228e-3, 0.886, 2.863, 0.102, 0.0517),
+    "vllm": EngineProfile(1.192e-3, 0.988, 1.0, 0.145, 0.0432),
+    "sglang": EngineProfile(1.009e-3, 0.497, 3.488, 0.905, 0.0326),
+    "generic": EngineProfile(0.810e-3, 0.790, 2.450, 0.384, 0.0425),
 }
 """Fitted on ``serving_h100_dense.csv`` (579 runs, H100, 2026-12-03) by ``benchmarks/bench_silicon.py --fit``
-with the measured kernel tables; ``generic`` (an engine not named) is the mean of the three."""
+with the measured kernel tables, ``prefill_steps >= 1`` (a prompt takes at least its own step); ``generic`` (an
+engine not named) is the mean of the three."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,14 @@ class SteadyState:
     request_latency_s: Array
     requests_per_s: Array
     output_tokens_per_s: Array
+    request_s: Array
+    """TTFT's part outside the GPU (``t_request``)."""
+    prefill_steps_s: Array
+    """TTFT's mixed steps (``n_prefill · t_step(decode c-1, prefill 1)``)."""
+    wave_wait_s: Array
+    """TTFT's wait behind a synchronised wave of prompts."""
+    interference_s: Array
+    """TPOT's share of other requests' prefill work."""
     decode_step: StepTimes
     """The pure-decode step of ``c`` sequences, by operator class."""
     mixed_step: StepTimes
@@ -91,20 +104,27 @@ def steady_state(
     isl: ArrayLike,
     osl: ArrayLike,
     engine: EngineProfile | None = None,
+    prefill_fraction: ArrayLike = 1.0,
 ) -> SteadyState:
-    """TTFT, TPOT and throughput of one model replica at ``concurrency`` clients (module doc)."""
+    """TTFT, TPOT and throughput of one model replica at ``concurrency`` clients (module doc).
+
+    ``prefill_fraction`` is the share of each prompt computed rather than loaded (a prefix cache with hit
+    rate ``h`` computes ``1 - h`` of it; the context attended to stays the whole prompt)."""
     prof = engine or profile(lay.engine)
     c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
     s_in = np.asarray(isl, dtype=np.float64)
+    s_new = np.maximum(s_in * np.asarray(prefill_fraction, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     ctx = s_in + s_out / 2.0  # mean context over a generation
     over = prof.step_overhead_s
     dec = step_times(m, k, lay, StepShape(decode=c, context=ctx), over)
-    mix = step_times(m, k, lay, StepShape(decode=c - 1.0, context=ctx, prefill_seqs=1.0, prefill_len=s_in), over)
-    alone = step_times(m, k, lay, StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=s_in), over).total
+    mix = step_times(m, k, lay, StepShape(decode=c - 1.0, context=ctx, prefill_seqs=1.0, prefill_len=s_new), over)
+    alone = step_times(m, k, lay, StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=s_new), over).total
     extra = np.maximum(mix.total - dec.total, 0.0)
     tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
-    ttft = prof.prefill_steps * mix.total + prof.batch_wait * (c - 1.0) / 2.0 * alone
+    steps = prof.prefill_steps * mix.total
+    wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
+    ttft = prof.request_overhead_s + steps + wave
     latency = ttft + (s_out - 1.0) * tpot
     rps = c / latency
     return SteadyState(
@@ -113,6 +133,10 @@ def steady_state(
         request_latency_s=latency,
         requests_per_s=rps,
         output_tokens_per_s=rps * s_out,
+        request_s=np.full(ttft.shape, prof.request_overhead_s),
+        prefill_steps_s=steps,
+        wave_wait_s=wave,
+        interference_s=tpot - dec.total,
         decode_step=dec,
         mixed_step=mix,
     )

@@ -20,13 +20,27 @@ devices x time (TDP unless the scenario gives a power: an upper bound).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
 from aitrinity.spec.scenario import System
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
 
-ResourceKind = Literal["compute", "memory_bandwidth", "link"]
+if TYPE_CHECKING:
+    from aitrinity.cost.concurrency import SteadyState
+
+ResourceKind = Literal["compute", "memory_bandwidth", "link", "latency"]
+"""``latency``: time no bandwidth explains -- kernel launches, collective latency, engine scheduling and
+queueing (the operator model's time above the roofline's slowest resource)."""
+
+
+class OperatorTime(Result):
+    """One operator class's share of a phase (the operator model; LLM-Viewer-style breakdown)."""
+
+    operator: str
+    label: str
+    time_s: float
+    share: float
 
 
 class ResourceTime(Result):
@@ -34,6 +48,8 @@ class ResourceTime(Result):
     kind: ResourceKind
     time_s: float
     detail: str
+    channel: str | None = None
+    """For a link: which channel (``intra_node``, ``host``, ...)."""
 
 
 class PhaseEstimate(Result):
@@ -44,6 +60,8 @@ class PhaseEstimate(Result):
     dispatch_s: float = 0.0
     """Operators launched x the per-operator overhead (added in series)."""
     overlap: str
+    operators: list[OperatorTime] = []
+    """Per operator class, where the operator model priced the phase (serving at fixed concurrency)."""
 
 
 class MemoryCheck(Result):
@@ -79,6 +97,8 @@ class ServingMetrics(Result):
     """End to end, prefill included: output tokens of every batch in flight / request latency (static batching)."""
     joules_per_output_token: float
     usd_per_million_output_tokens: float | None
+    mode: str = "static"
+    """``static`` (one batch prefilled, then decoded) or ``concurrency`` (closed-loop steady state)."""
 
 
 class Estimate(Result):
@@ -91,6 +111,11 @@ class Estimate(Result):
     """Host DRAM, SSD, remote pool: the share of each one device may use, where the plan puts bytes there."""
     training: TrainingMetrics | None = None
     serving: ServingMetrics | None = None
+    kernels: str | None = None
+    """Where kernel times came from (``table h100_sxm/vllm/0.24.0``, ``roofline (catalog h100-sxm)``);
+    None when the phase roofline priced everything."""
+    notes: list[str] = []
+    """Fallbacks taken (no table for this engine version, dtype or GPU), one line each."""
 
     def phase(self, name: str) -> PhaseEstimate:
         for p in self.phases:
@@ -158,6 +183,7 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
                 time_s=msgs * ch.latency_s + nbytes / ch.bandwidth_Bps,
                 detail=f"{format_bytes(nbytes)} at {format_bandwidth(ch.bandwidth_Bps)}"
                 f" + {msgs:.0f} x {ch.latency_s * 1e6:.3g} µs",
+                channel=channel,
             )
         )
     return out
@@ -252,3 +278,105 @@ def price(ledger: Ledger, system: System) -> Estimate:
         training=training,
         serving=serving,
     )
+
+
+LAUNCH_LATENCY = "operator launch / collective latency"
+
+
+GPU_CHANNELS = ("intra_node", "inter_node")
+"""Links the operator model already prices (its TP collectives); other channels carry exchanges' streams."""
+
+
+def _with_operators(
+    ph: PhaseEstimate,
+    system: System,
+    time_s: float,
+    step_s: float,
+    extra: list[ResourceTime],
+    parts: dict[str, tuple[str, float]],
+) -> PhaseEstimate:
+    """A phase re-timed by the operator model. Its roofline resources stay; the time of the GPU step above
+    the slowest of them (``step_s`` - floor) is the launch / collective-latency resource; ``extra`` are the
+    serving protocol's own terms (queueing, other requests' prefill); the operator classes are listed.
+
+    Streams of exchanges over host, storage or remote links (KV offload, weight streaming, a prefix cache
+    in a lower tier) are not GPU operators: they combine with the operator time under the system's overlap
+    model. The phase is never faster than the roofline's slowest resource."""
+    floor = max(r.time_s for r in ph.resources)
+    streams = [r.time_s for r in ph.resources if r.kind == "link" and r.channel not in GPU_CHANNELS]
+    time_s = max(combine([time_s, *streams], system.overlap, system.overlap_fraction), floor)
+    latency = ResourceTime(
+        resource=LAUNCH_LATENCY,
+        kind="latency",
+        time_s=max(step_s - floor, 0.0),
+        detail="kernel launches, all-reduce latency and engine step time above the roofline's slowest resource",
+    )
+    ops = [
+        OperatorTime(operator=k, label=label, time_s=t, share=t / time_s if time_s else 0.0)
+        for k, (label, t) in parts.items()
+        if t > 0
+    ]
+    return ph.model_copy(
+        update={
+            "time_s": time_s,
+            "resources": [*ph.resources, latency, *(r for r in extra if r.time_s > 0)],
+            "bubble_s": 0.0,
+            "dispatch_s": 0.0,
+            "operators": ops,
+        }
+    )
+
+
+def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: str, notes: list[str]) -> Estimate:
+    """The Estimate of serving at a fixed concurrency: the ledger's roofline resources per phase, the phase
+    times of the operator model's steady state (``ss``, one replica; :mod:`aitrinity.cost.concurrency`),
+    and throughput, $ and J from it. ``prefill`` is one request's TTFT, ``decode_step`` its TPOT."""
+    from aitrinity.cost.operators import OPERATOR_LABELS
+
+    base = price(ledger, system)
+    f = ledger.serving
+    assert f is not None
+    ttft, tpot = float(ss.ttft_s), float(ss.tpot_s)
+    steps = ss.prefill_steps_s
+    mix_total = float(ss.mixed_step.total)
+    pre_parts = {"request": ("server work per request (HTTP, tokenization)", float(ss.request_s))}
+    for op, t in ss.mixed_step.by_class().items():  # the mixed steps, split by operator class
+        share = float(t) / mix_total if mix_total else 0.0
+        pre_parts[op] = (OPERATOR_LABELS[op], float(steps) * share)
+    pre_parts["wave"] = ("wait behind prompts arriving together", float(ss.wave_wait_s))
+    dec_parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ss.decode_step.by_class().items()}
+    dec_parts["interference"] = ("other requests' prefill in the same steps", float(ss.interference_s))
+    queue = ResourceTime(
+        resource="queueing and scheduling",
+        kind="latency",
+        time_s=max(ttft - mix_total, 0.0),
+        detail="server work per request, steps in flight, prompts arriving together (engine profile)",
+    )
+    chunks = ResourceTime(
+        resource="other requests' prefill in the step",
+        kind="compute",
+        time_s=float(ss.interference_s),
+        detail="the amortised share of the prompts that join the running batch",
+    )
+    phases = [
+        _with_operators(base.phases[0], system, ttft, mix_total, [queue], pre_parts),
+        _with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
+    ]
+    ttft, tpot = phases[0].time_s, phases[1].time_s
+    n = system.num_devices
+    c, osl = max(f.batch, 1), f.output_tokens
+    latency = ttft + (osl - 1) * tpot
+    rate = c * osl / latency * f.replicas
+    power = system.power_W * n
+    usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
+    serving = ServingMetrics(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        request_latency_s=latency,
+        output_tokens_per_s=rate,
+        throughput_tokens_per_s=rate,
+        joules_per_output_token=power / rate,
+        usd_per_million_output_tokens=usd_rate / rate * 1e6 if usd_rate is not None else None,
+        mode="concurrency",
+    )
+    return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})

@@ -39,6 +39,10 @@ class SystemInput(Spec):
     price_per_device_hour: PricePerHour | None = None
     power_per_device: Power | None = None
     efficiency: Efficiency | None = None
+    engine: Literal["trtllm", "vllm", "sglang", "generic"] = "generic"
+    """The serving engine whose kernels and scheduling price a GPU (measured tables with ``[silicon]``)."""
+    engine_version: str | None = None
+    """Its version; the closest measured one is used (and said) when there is no table for it."""
 
 
 class System(Spec):
@@ -64,6 +68,8 @@ class System(Spec):
     price_per_device_hour: float | None = None
     power_per_device_W: float | None = None
     efficiency: Efficiency | None = None
+    engine: str = "generic"
+    engine_version: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> System:
@@ -178,7 +184,15 @@ class TrainingJob(Spec):
 
 
 class ServingJob(Spec):
-    """Static batches of ``batch`` requests, each ``prompt_tokens`` in and ``output_tokens`` out.
+    """Requests of ``prompt_tokens`` in and ``output_tokens`` out, ``batch`` of them at a time.
+
+    ``mode`` says how they are served:
+
+    * ``concurrency`` (the default): ``batch`` clients in a closed loop against an engine that batches
+      continuously -- the protocol serving benchmarks measure; TTFT and TPOT are the steady state's,
+      priced operator by operator (:mod:`aitrinity.cost.concurrency`);
+    * ``static``: one static batch of ``batch`` prompts prefilled together, then decoded together; the
+      roofline of the whole phase (the estimate of releases before the operator model).
 
     ``batch: max`` asks for the largest batch that fits in device memory.
     """
@@ -186,6 +200,7 @@ class ServingJob(Spec):
     prompt_tokens: int = Field(gt=0)
     output_tokens: int = Field(gt=0)
     batch: int | Literal["max"] = 1
+    mode: Literal["concurrency", "static"] = "concurrency"
 
     @model_validator(mode="after")
     def _check(self) -> ServingJob:

@@ -1,0 +1,85 @@
+"""Serving at a fixed concurrency through api.diagnose: the operator model inside the Estimate contract."""
+
+import json
+
+import pytest
+
+from aitrinity import api
+from aitrinity.cli.main import main
+from aitrinity.spec._base import validate
+from aitrinity.spec.scenario import Scenario
+
+
+def _scenario(**serving):
+    job = {"prompt_tokens": 1024, "output_tokens": 256, "batch": 2, **serving}
+    return validate(
+        Scenario,
+        {
+            "name": "s",
+            "system": {"device": "h100-sxm", "num_devices": 8, "engine": "vllm"},
+            "workload": {"model": "llama-3.1-8b", "serving": job},
+            "plan": {"tp": 8},
+        },
+    )
+
+
+def test_small_batch_decode_is_bound_by_launch_and_collective_latency():
+    d = api.diagnose(_scenario())
+    dec = d.phases[1]
+    assert dec.binding == "operator launch / collective latency" and dec.binding_kind == "latency"
+    ops = {o.operator for o in d.estimate.phase("decode_step").operators}
+    assert {"gemm", "attention", "communication", "elementwise", "engine"} <= ops
+    assert d.estimate.serving.mode == "concurrency"
+    assert all(0 <= u.utilization <= 1 + 1e-9 for p in d.phases for u in p.uses)
+
+
+def test_a_large_batch_decode_is_bound_by_a_bandwidth_not_by_launches():
+    d = api.diagnose(_scenario(batch=256, prompt_tokens=8192, output_tokens=1024))
+    assert d.phases[1].binding_kind != "latency"
+
+
+def test_metrics_follow_littles_law():
+    est = api.estimate(api.resolve(_scenario(batch=16)))
+    s = est.serving
+    assert s.request_latency_s == pytest.approx(s.ttft_s + 255 * s.tpot_s)
+    assert s.output_tokens_per_s == pytest.approx(16 * 256 / s.request_latency_s)
+    assert est.phase("prefill").time_s == s.ttft_s and est.phase("decode_step").time_s == s.tpot_s
+
+
+def test_static_mode_keeps_the_phase_roofline():
+    est = api.estimate(api.resolve(_scenario(mode="static")))
+    assert est.serving.mode == "static" and est.kernels is None
+    assert all(not p.operators for p in est.phases)
+
+
+def test_kv_offload_streams_bound_the_step_when_the_link_is_slow():
+    sc = _scenario(batch=24, prompt_tokens=1, output_tokens=724)
+    sc = sc.model_copy(
+        update={
+            "system": sc.system.model_copy(update={"host_memory": "host-dram", "num_devices": 1}),
+            "plan": sc.plan.model_copy(update={"tp": 1}),
+        }
+    )
+    data = sc.model_dump(mode="json", exclude_unset=True)
+    data["plan"]["exchanges"] = [{"kind": "kv-offload", "tier": "host", "fraction": 0.5}]
+    d = api.diagnose(validate(Scenario, data))
+    for p in d.phases:
+        assert all(0 <= u.utilization <= 1 + 1e-9 for u in p.uses)
+        assert p.time_s >= max(u.time_s for u in p.uses)
+
+
+def test_an_engine_version_without_tables_is_said_on_stderr_and_in_json(capsys, tmp_path):
+    import yaml
+
+    data = _scenario().model_dump(mode="json", exclude_unset=True)
+    data["system"]["engine_version"] = "0.1.0"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["diagnose", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    [d] = json.loads(captured.out)
+    assert captured.err.strip() == "trinity: s: no vllm 0.1.0 tables for h100-sxm: using 0.24.0"
+    assert d["estimate"]["kernels"].startswith("table h100_sxm/vllm/")
+    assert any("no vllm 0.1.0 tables" in n for n in d["estimate"]["notes"])
+    assert main(["diagnose", str(path)]) == 0
+    assert "note: no vllm 0.1.0 tables" in capsys.readouterr().out
