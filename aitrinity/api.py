@@ -42,9 +42,16 @@ def load(scenario: Scenario | EdgeScenario | str | Path) -> tuple[Scenario | Edg
     """A scenario object, file or built-in name -> the scenario and the folder its relative paths start from."""
     if isinstance(scenario, Scenario | EdgeScenario):
         return scenario, None
-    if Path(scenario).is_file():
+    if _is_file(scenario):
         return catalog.load_scenario(scenario), Path(scenario).resolve().parent
     return catalog.load_scenario(scenario), catalog.loader.DATA / "scenarios"  # built-ins: paths beside them
+
+
+def _is_file(ref: str | Path) -> bool:
+    try:
+        return Path(ref).is_file()
+    except (OSError, ValueError):  # a NUL byte or an over-long name: not a file, so a (bad) catalog name
+        return False
 
 
 def resolve(scenario: Scenario | str | Path, base: Path | None = None, overrides: Sequence[str] = ()) -> Resolved:

@@ -83,9 +83,12 @@ def _apply(s: EdgeScenario, overrides: Sequence[str]) -> tuple[EdgeScenario, flo
         if o.key in ("uplink", "link"):
             try:
                 bandwidth = units.parse_bandwidth(o.value)
-                continue
             except UnitError:
                 o = ov.Override("system.uplink", o.value)
+            else:
+                if not bandwidth > 0:
+                    raise SpecError(o.key, o.value, "a positive bandwidth such as 2Mbit/s")
+                continue
         elif "." not in o.key and o.key not in ov.SECTIONS:
             raise SpecError("--set", o.key, "a scenario field (plan.split=4, workload.edge.frames_per_s=30) or uplink=")
         fields.append(o)

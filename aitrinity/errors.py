@@ -41,8 +41,9 @@ class SpecError(TrinityError, ValueError):
     @classmethod
     def at(cls, where: object, problem: str) -> SpecError:
         """A problem stated whole: ``where: problem`` (an unreadable file, an unparsable override)."""
-        err = cls("", where, problem, source=str(where))
-        err.args = (f"{where}: {problem}",)
+        shown = str(where) if len(str(where)) <= 200 else str(where)[:197] + "..."
+        err = cls("", where, problem, source=shown)
+        err.args = (f"{shown}: {problem}",)
         return err
 
 
@@ -58,7 +59,8 @@ class UnknownNameError(TrinityError, LookupError):
         self.suggestions = close
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(self.known[:12])}"
         where = f"{field}: " if field else ""
-        super().__init__(f"{where}unknown {kind} {name!r}{hint}")
+        shown = repr(name) if len(name) <= 80 else repr(name[:77] + "...")
+        super().__init__(f"{where}unknown {kind} {shown}{hint}")
 
     def at(self, field: str) -> UnknownNameError:
         """The same error, naming the input field it came from."""

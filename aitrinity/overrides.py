@@ -20,6 +20,7 @@ Values are read as YAML scalars (``4`` is a number, ``true`` a boolean).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -173,9 +174,17 @@ def relative(value: str, key: str = "--set") -> float | None:
             return None
     except ValueError:
         raise SpecError(key, value, "a factor such as x0.5, or a change such as +50%") from None
-    if k <= 0:
-        raise SpecError(key, value, "a factor that leaves the quantity positive")
+    if not (k > 0 and math.isfinite(k)):
+        raise SpecError(key, value, "a finite factor that leaves the quantity positive")
     return k
+
+
+def _checked(key: str, text: object, v: float) -> float:
+    """A hardware quantity must stay finite and positive (a price may be zero): the one check for all of them."""
+    ok = math.isfinite(v) and (v >= 0 if key == "price" else v > 0)
+    if not ok:
+        raise SpecError(key, text, "a finite, positive quantity" + (" (or zero)" if key == "price" else ""))
+    return v
 
 
 def scale(system: System, key: str, factor: float) -> System:
@@ -184,7 +193,7 @@ def scale(system: System, key: str, factor: float) -> System:
     current = q.get(system)
     if current is None:
         raise SpecError(key, None, f"a system with a {q.title} to change (this one has none)")
-    return q.put(system, current * factor)
+    return q.put(system, _checked(key, f"x{factor:g}", current * factor))
 
 
 def set_quantity(system: System, key: str, value: str) -> System:
@@ -195,7 +204,7 @@ def set_quantity(system: System, key: str, value: str) -> System:
     q = QUANTITIES[key]
     if q.parse is None:
         raise SpecError(key, value, "a relative value such as x1.5 or +20%")
-    return q.put(system, q.parse(value))
+    return q.put(system, _checked(key, value, q.parse(value)))
 
 
 def _hardware_key(key: str) -> str | None:

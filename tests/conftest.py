@@ -51,3 +51,28 @@ def browser():
     b = Browser(exe)
     yield b
     b.close()
+
+
+# --- CI runs everything: a skipped test is a failed one there (issue 17) ------------------------------------
+# .ci/run sets TRINITY_REQUIRE_ALL=1: a test that skips because torch, transformers, Redis, Chromium or root
+# network namespaces are missing fails instead, so a green CI never hides the evidence tests.
+_STRICT = __import__("os").environ.get("TRINITY_REQUIRE_ALL") == "1"
+
+
+def _fail_skips(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if _STRICT and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"TRINITY_REQUIRE_ALL=1 and this test skipped: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _fail_skips(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _fail_skips(outcome.get_result())

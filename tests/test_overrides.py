@@ -84,3 +84,33 @@ def test_bad_relative_values_name_the_key(override, field):
 def test_a_quantity_the_system_lacks_is_refused():
     with pytest.raises(SpecError, match="host memory"):
         api.resolve("trillion-param-training", overrides=["host_capacity=x2"])
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("link=0Gbit/s", "inter_node_bandwidth"),
+        ("link=-5Gbit/s", "inter_node_bandwidth"),
+        ("hbm_bandwidth=0", "hbm_bandwidth"),
+        ("hbm_capacity=-80GiB", "hbm_capacity"),
+        ("flops_scale=nan", "flops_scale"),
+        ("flops=xinf", "flops"),
+        ("workload.training.total_tokens=.inf", "total_tokens"),
+        ("workload.training.total_tokens=.nan", "total_tokens"),
+    ],
+)
+def test_zero_negative_and_nonfinite_quantities_are_refused_naming_the_field(override, field):
+    from aitrinity import api
+    from aitrinity.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        api.diagnose("llama-70b-training-h100", [override])
+    assert field in str(err.value)
+
+
+def test_a_zero_uplink_is_refused_on_edge_scenarios():
+    from aitrinity import api
+    from aitrinity.errors import SpecError
+
+    with pytest.raises(SpecError, match="uplink"):
+        api.diagnose("camera-analytics-edge", ["uplink=0Mbit/s"])

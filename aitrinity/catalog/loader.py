@@ -52,18 +52,46 @@ T = TypeVar("T", bound=BaseModel)
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+MAX_YAML_NODES = 1_000_000
+"""Largest document a file may expand to: anchors and aliases are allowed, a 'billion laughs' is not."""
+
+
+def _expanded_nodes(doc: Any) -> int:
+    """Nodes of ``doc`` with every alias expanded, counted on the shared structure (linear in its size)."""
+    memo: dict[int, int] = {}
+
+    def size(x: Any) -> int:
+        if not isinstance(x, dict | list):
+            return 1
+        key = id(x)
+        if key not in memo:
+            memo[key] = 0  # a cycle (a recursive alias) counts once
+            items = x.values() if isinstance(x, dict) else x
+            memo[key] = min(1 + sum(size(v) for v in items), MAX_YAML_NODES + 1)
+        return memo[key]
+
+    return size(doc)
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, turning I/O and syntax errors into one-line SpecErrors."""
+    """Parse a YAML file, turning I/O, encoding and syntax errors and alias bombs into one-line SpecErrors."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError.at(path, f"cannot read the file ({e.strerror})") from None
+        raw = path.read_bytes()
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
+        raise SpecError.at(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
     try:
-        return yaml.load(text, Loader=_Loader)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError.at(path, f"not UTF-8 text (byte {e.start})") from None
+    try:
+        doc = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise SpecError.at(path, f"not valid YAML (syntax error{at})") from None
+    if _expanded_nodes(doc) > MAX_YAML_NODES:
+        raise SpecError.at(path, f"expands to over {MAX_YAML_NODES:,} nodes through aliases (refused)")
+    return doc
 
 
 def names(kind: Kind) -> list[str]:
@@ -91,7 +119,7 @@ def canonical(kind: Kind, name: str) -> str:
     """The canonical entry name for a name, alias or Hugging Face id."""
     _check_kind(kind)
     key = name.strip().lower()
-    if (DATA / kind / f"{key}.yaml").is_file():
+    if "/" not in key and _is_file(DATA / kind / f"{key}.yaml"):
         return key
     index = _alias_index(kind)
     if key in index:
@@ -120,12 +148,27 @@ def _load_entry(kind: str, name: str) -> BaseModel:
 
 
 def _is_path(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml", ".json")) or ("/" in ref and Path(ref).exists())
+    return ref.endswith((".yaml", ".yml", ".json")) or ("/" in ref and _exists(ref))
+
+
+def _is_file(ref: str | Path) -> bool:
+    try:
+        return Path(ref).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(ref: str) -> bool:
+    """Whether a file is there; a name the OS cannot even look up (NUL byte, too long) is not."""
+    try:
+        return Path(ref).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
     p = Path(path)
-    if not p.is_file():
+    if not _is_file(p):
         raise SpecError.at(path, f"no such {_SINGULAR[kind]} file")
     if kind == "models" and p.suffix == ".json":
         from aitrinity.catalog.hf import from_hf_config
@@ -253,6 +296,6 @@ def _field(field: str, fn: Callable[[], T]) -> T:
 def load_scenario(path: str | Path) -> Scenario | EdgeScenario:
     """A user scenario file, or a built-in scenario by name (an edge scenario when its workload is ``edge``)."""
     ref = str(path)
-    if _is_path(ref) or Path(ref).is_file():
+    if _is_path(ref) or _is_file(ref):
         return load_file("scenarios", ref, Scenario)
     return scenario(ref)

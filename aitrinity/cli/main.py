@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"trinity {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser(
@@ -514,6 +515,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader left (trinity plan X --json | head -1): a quiet exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
+        return 0
+    except KeyboardInterrupt:
+        print("trinity: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: one line, the traceback only with --debug
+        if args.debug:
+            raise
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        print(
+            f"trinity: internal error: {type(e).__name__}: {first} (trinity --debug ... shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

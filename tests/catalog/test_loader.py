@@ -181,3 +181,42 @@ def test_broken_yaml_is_a_one_line_error(tmp_path):
     with pytest.raises(SpecError) as e:
         catalog.load_scenario(str(p))
     assert "line" in str(e.value) and "\n" not in str(e.value)
+
+
+# --- hostile files (issue 17) ----------------------------------------------------------------------------------
+
+
+def test_a_non_utf8_file_is_one_line(tmp_path):
+    from aitrinity.catalog.loader import read_yaml
+    from aitrinity.errors import SpecError
+
+    p = tmp_path / "s.yaml"
+    p.write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(SpecError, match="not UTF-8 text"):
+        read_yaml(p)
+
+
+def test_an_alias_bomb_is_refused_quickly(tmp_path):
+    from aitrinity.catalog.loader import read_yaml
+    from aitrinity.errors import SpecError
+
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, cur in zip("abcdefg", "bcdefgh", strict=True):
+        lines.append(f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
+    p = tmp_path / "bomb.yaml"
+    p.write_text("\n".join(lines) + "\n")  # 9^8 = 43 million leaves once expanded
+    with pytest.raises(SpecError, match="aliases"):
+        read_yaml(p)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("base: &b {x: 1}\nuse: [*b, *b]\n")  # ordinary anchors still work
+    assert read_yaml(ok) == {"base": {"x": 1}, "use": [{"x": 1}, {"x": 1}]}
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "x" * 5000, "a/" + "x" * 5000 + ".yaml", "../" * 50 + "etc/passwd"])
+def test_names_the_os_cannot_look_up_are_unknown_names(name):
+    from aitrinity import api
+    from aitrinity.errors import TrinityError
+
+    with pytest.raises(TrinityError) as err:
+        api.diagnose(name)
+    assert len(str(err.value)) < 500 and "\n" not in str(err.value)

@@ -78,3 +78,37 @@ def test_quiet_silences_progress(capsys):
 
     assert main(["report", "trillion-param-training", "--no-simulate", "--json", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_closed_pipe_is_a_quiet_exit():
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "aitrinity.cli.main", "plan", "llama-70b-training-h100", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(5)
+    p.stdout.close()  # the reader leaves, as `| head -c 5` does
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_an_internal_error_is_one_line_and_the_traceback_needs_debug(monkeypatch, capsys):
+    from aitrinity import api
+    from aitrinity.cli.main import main
+
+    def boom(*a, **k):
+        raise RuntimeError("a bug\nwith a second line")
+
+    monkeypatch.setattr(api, "diagnose", boom)
+    assert main(["diagnose"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "trinity: internal error: RuntimeError: a bug (trinity --debug ... shows the traceback)"
+    import pytest
+
+    with pytest.raises(RuntimeError):
+        main(["--debug", "diagnose"])
