@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def parse_line(text: str, where: str) -> TraceRequest:
         and isinstance(raw["output_length"], int)
         and raw["output_length"] >= 0
         and isinstance(raw["timestamp"], int | float)
+        and math.isfinite(raw["timestamp"])
         and isinstance(ids, list)
         and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
     )
@@ -61,13 +63,21 @@ def parse_line(text: str, where: str) -> TraceRequest:
     return TraceRequest(float(raw["timestamp"]), raw["input_length"], raw["output_length"], tuple(ids))
 
 
+def read_lines(path: str | Path, what: str) -> list[str]:
+    """A text file's lines, read as bytes and decoded: unreadable or non-UTF-8 files are one-line errors."""
+    try:
+        raw = Path(path).read_bytes()
+    except (OSError, ValueError) as e:
+        raise SpecError.at(path, f"cannot read the {what} ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise SpecError.at(path, f"the {what} is not UTF-8 text (byte {e.start})") from None
+
+
 def load(path: str | Path) -> list[TraceRequest]:
     """Every request of a JSONL trace; a bad line is a one-line error naming the file and line."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise SpecError.at(path, f"cannot read the trace ({e.strerror})") from None
+    lines = read_lines(path, "trace")
     out = [parse_line(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
     if not out:
         raise SpecError.at(path, "no requests in the trace")
@@ -95,10 +105,7 @@ class LinkTrace:
     def load(cls, path: str | Path) -> LinkTrace:
         """``time_s, Mbit/s`` per line (comma or space separated; ``#`` comments)."""
         times, bws = [], []
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise SpecError.at(path, f"cannot read the link trace ({e.strerror})") from None
+        lines = read_lines(path, "link trace")
         for i, line in enumerate(lines, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
@@ -106,8 +113,10 @@ class LinkTrace:
             parts = line.replace(",", " ").split()
             try:
                 t, mbit = float(parts[0]), float(parts[1])
+                if not (math.isfinite(t) and math.isfinite(mbit)):
+                    raise ValueError("not finite")
             except (IndexError, ValueError):
-                raise SpecError.at(f"{path}:{i}", "expected 'time_s, Mbit/s'") from None
+                raise SpecError.at(f"{path}:{i}", "expected 'time_s, Mbit/s' (finite numbers)") from None
             times.append(t)
             bws.append(mbit * 1e6 / 8)
         try:

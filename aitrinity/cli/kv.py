@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aitrinity.cli.args import count
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
+from aitrinity.spec.hardware import BYTES_PER_DTYPE
 
 REPLAY_HELP = """examples:
   trinity kv replay data/traces/mooncake_conversation_trace.jsonl --capacity 3000000
@@ -26,11 +28,11 @@ PLAN_HELP = """examples:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", metavar="TRACE", help="JSONL trace: timestamp, input_length, output_length, hash_ids")
     p.add_argument("--model", default="llama-3.1-70b", help="catalog model whose KV is cached (default llama-3.1-70b)")
-    p.add_argument("--kv-dtype", default="bf16", help="KV-cache dtype (default bf16)")
+    p.add_argument("--kv-dtype", default="bf16", choices=sorted(BYTES_PER_DTYPE), help="KV-cache dtype (default bf16)")
     p.add_argument(
         "--device", default="h100-sxm", help="device that would recompute, for break-even (default h100-sxm)"
     )
-    p.add_argument("--block", type=int, default=512, help="tokens per block (default 512, the trace's)")
+    p.add_argument("--block", type=count(1, 10**6), default=512, help="tokens per block (default 512, the trace's)")
     p.add_argument("--policy", default="lru", choices=["lru", "lfu", "cost"], help="eviction policy (default lru)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the structured result as JSON")

@@ -10,8 +10,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from aitrinity import __version__
+from aitrinity.cli.args import output_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError, TrinityError
@@ -41,8 +43,16 @@ EPILOG = """examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``trinity simulate: error: ... (trinity simulate --help)``, not the whole
+    usage block; subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} ({self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="trinity",
         description="Compute-bandwidth-memory trade-offs of AI infrastructure.",
         epilog=EPILOG,
@@ -350,7 +360,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from aitrinity import units
     from aitrinity.systems.calibrate import calibrate
 
+    output_file("-o", args.output)
     tdp = units.parse_power(args.tdp)
+    if not tdp > 0:
+        raise SpecError("--tdp", args.tdp, "a positive power such as 100 W")
     profile = calibrate(
         quick=args.quick,
         name=args.name,
@@ -378,6 +391,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_validate_serving(args: argparse.Namespace) -> int:
     from aitrinity import validate_serving as vs
 
+    output_file("--markdown", args.markdown)
     progress = Progress(args.quiet)
     progress.say(f"pricing the runs of {args.serving}")
     report = vs.validate(args.serving, tables=args.tables, progress=lambda d, t: progress.step(d, t, "groups"))

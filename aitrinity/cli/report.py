@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aitrinity.cli.args import output_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
@@ -56,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     refs = args.scenarios or api.builtin_scenarios()
     for ref in refs:  # a wrong name fails now, before minutes of work
         api.load(ref)
-    report = build(refs, args.overrides, trace, args.simulate, progress=say)
     output = args.output or (None if args.json else "report.html")
+    output_file("-o", output)
+    report = build(refs, args.overrides, trace, args.simulate, progress=say)
     if output:
         html = page(report)
         Path(output).write_text(html, encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aitrinity.cli.args import count, number
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
@@ -44,15 +45,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenario", choices=SCENARIOS, metavar="SCENARIO", help=", ".join(SCENARIOS))
     p.add_argument("--trace", help="prefill-cluster: request trace (JSONL); training-link: link trace")
     p.add_argument("--policy", default="all", help="training-link: comma list of static:<method>, adaptive, oracle")
-    p.add_argument("--steps", type=int, default=2000, help="training-link: steps (default 2000)")
-    p.add_argument("--period", type=int, default=10, help="training-link: steps between re-plans (default 10)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=count(1, 10**7), default=2000, help="training-link: steps (default 2000)")
+    p.add_argument(
+        "--period", type=count(1, 10**7), default=10, help="training-link: steps between re-plans (default 10)"
+    )
+    p.add_argument("--seed", type=count(0, 2**32 - 1), default=0)
     p.add_argument("--edge", default="camera-analytics-edge", help="edge-stream: edge scenario (name or file)")
-    p.add_argument("--duration", type=float, default=200.0, help="edge-stream: seconds of frames (default 200)")
+    p.add_argument(
+        "--duration",
+        type=number(1.0, 1e7, low_open=False),
+        default=200.0,
+        help="edge-stream: seconds of frames (default 200)",
+    )
     p.add_argument("--sweep", default="training-link,edge-stream", help="sweep: scenarios (comma list)")
     p.add_argument("--seeds", default="0-2", help="sweep: seeds, as 0-4 or 0,3,7 (default 0-2)")
-    p.add_argument("--workers", type=int, help="sweep: worker processes (default: the CPUs available)")
-    p.add_argument("--instances", type=int, default=16, help="prefill-cluster / serving: instances (default 16)")
+    p.add_argument("--workers", type=count(1, 1024), help="sweep: worker processes (default: the CPUs available)")
+    p.add_argument(
+        "--instances", type=count(1, 10**5), default=16, help="prefill-cluster / serving: instances (default 16)"
+    )
     p.add_argument(
         "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
     )
@@ -62,12 +72,27 @@ def add_parser(sub: Any) -> None:
         "--device",
         help="device (prefill-cluster: 8 per instance; serving: 1; default h100-sxm; diurnal-serving: 1, default l4)",
     )
-    p.add_argument("--day", type=float, default=9600.0, help="diurnal-serving: seconds of the day (default 9600)")
-    p.add_argument("--period-s", type=float, default=240.0, help="diurnal-serving: seconds a plan holds (default 240)")
-    p.add_argument("--rate", type=float, default=3.0, help="diurnal-serving: peak requests/s (default 3)")
-    p.add_argument("--max-instances", type=int, default=6, help="diurnal-serving: instances at most (default 6)")
     p.add_argument(
-        "--prefill-instances", type=int, default=0, help="serving: disaggregate, this many prefill-only instances"
+        "--day",
+        type=number(1.0, 1e7, low_open=False),
+        default=9600.0,
+        help="diurnal-serving: seconds of the day (default 9600)",
+    )
+    p.add_argument(
+        "--period-s",
+        type=number(1.0, 1e7, low_open=False),
+        default=240.0,
+        help="diurnal-serving: seconds a plan holds (default 240)",
+    )
+    p.add_argument("--rate", type=number(0.0, 1e6), default=3.0, help="diurnal-serving: peak requests/s (default 3)")
+    p.add_argument(
+        "--max-instances", type=count(1, 10**4), default=6, help="diurnal-serving: instances at most (default 6)"
+    )
+    p.add_argument(
+        "--prefill-instances",
+        type=count(0, 10**5),
+        default=0,
+        help="serving: disaggregate, this many prefill-only instances",
     )
     p.add_argument("--prefix-cache", default="none", choices=["none", "local", "global"], help="serving: prefix cache")
     p.add_argument("--cache-load", default="25GB/s", help="serving: prefix-cache load bandwidth (default 25GB/s)")
