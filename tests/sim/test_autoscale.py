@@ -72,4 +72,6 @@ def test_diurnal_serving_cli_json(capsys):
     res = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(res) == {"static:1", "static:2", "static:3", "adaptive", "oracle"}
     assert res["oracle"]["objective_usd"] <= min(r["objective_usd"] for r in res.values())
-    assert main([*args, "--period-s", "0"]) == 2
+    with pytest.raises(SystemExit) as bad:  # argparse refuses the flag where it enters
+        main([*args, "--period-s", "0"])
+    assert bad.value.code == 2 and "--period-s" in capsys.readouterr().err
