@@ -42,16 +42,9 @@ def load(scenario: Scenario | EdgeScenario | str | Path) -> tuple[Scenario | Edg
     """A scenario object, file or built-in name -> the scenario and the folder its relative paths start from."""
     if isinstance(scenario, Scenario | EdgeScenario):
         return scenario, None
-    if _is_file(scenario):
+    if catalog.loader.is_file(scenario):
         return catalog.load_scenario(scenario), Path(scenario).resolve().parent
     return catalog.load_scenario(scenario), catalog.loader.DATA / "scenarios"  # built-ins: paths beside them
-
-
-def _is_file(ref: str | Path) -> bool:
-    try:
-        return Path(ref).is_file()
-    except (OSError, ValueError):  # a NUL byte or an over-long name: not a file, so a (bad) catalog name
-        return False
 
 
 def resolve(scenario: Scenario | str | Path, base: Path | None = None, overrides: Sequence[str] = ()) -> Resolved:
@@ -90,7 +83,7 @@ def _replay_prefix_traces(scenario: Scenario, model: ModelSpec, base: Path | Non
     for x in scenario.plan.exchanges:
         if isinstance(x, PrefixCache) and x.trace:
             path = Path(x.trace)
-            if base is not None and not path.is_absolute() and (base / path).is_file():
+            if base is not None and not path.is_absolute() and catalog.loader.is_file(base / path):
                 path = base / path
             tokens = None
             if x.capacity is not None:
@@ -257,7 +250,12 @@ def plan(
         chain = (
             training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own) if result.best else None
         )
-        return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain)
+        need = None
+        if result.best is None:
+            from aitrinity.cost import capacity
+
+            need = capacity.min_devices_training(r.model, w.training, r.scenario.plan, r.system)
+        return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain, min_devices=need)
     assert w.serving is not None
     objective = objective or "throughput"
     if objective not in SERVING_OBJECTIVES:
@@ -270,9 +268,14 @@ def plan(
         from functools import partial
 
         trace = Path(getattr(traced[0], "trace", ""))
-        if isinstance(scenario, str | Path) and Path(scenario).is_file() and not trace.is_absolute():
+        if isinstance(scenario, str | Path) and catalog.loader.is_file(scenario) and not trace.is_absolute():
             trace = Path(scenario).resolve().parent / trace
         hit_rate = partial(replayed_hit_rate, trace)
     sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, hit_rate, pareto)
     schain = serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own) if sres.best else None
-    return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain)
+    need = None
+    if sres.best is None:
+        from aitrinity.cost import capacity
+
+        need = capacity.min_devices_serving(r.model, w.serving, r.scenario.plan, r.system)
+    return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain, min_devices=need)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aitrinity import catalog, units
 from aitrinity import overrides as ov
+from aitrinity.catalog.loader import is_file
 from aitrinity.cost.dnn import LayerTable, layer_table
 from aitrinity.cost.edge import Choices, Processor, SplitOption, Uplink, split_options
 from aitrinity.errors import SpecError, UnitError, UnknownNameError
@@ -133,7 +134,7 @@ def resolve(s: EdgeScenario, base: Path | None = None, overrides: Sequence[str] 
     trace: tuple[tuple[float, float], ...] = ()
     if s.workload.edge.bandwidth_trace:
         path = Path(s.workload.edge.bandwidth_trace)
-        if base is not None and not path.is_absolute() and (base / path).is_file():
+        if base is not None and not path.is_absolute() and is_file(base / path):
             path = base / path
         lt = LinkTrace.load(path)
         trace = tuple(zip(lt.times_s, lt.bandwidth_Bps, strict=True))

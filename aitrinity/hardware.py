@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aitrinity import catalog
 from aitrinity.api import resolve
-from aitrinity.catalog.loader import read_yaml
+from aitrinity.catalog.loader import is_file, read_yaml
 from aitrinity.errors import SpecError
 from aitrinity.plan.whatif import HARDWARE_OBJECTIVES, Case, Comparison, compare
 from aitrinity.spec._base import validate
@@ -30,7 +30,7 @@ def parse_design(ref: str) -> Design:
     """A design from its command-line spelling or a design file."""
     if ref.endswith((".yaml", ".yml")):
         path = Path(ref)
-        if not path.is_file():
+        if not is_file(path):
             raise SpecError.at(ref, "no such design file")
         return validate(Design, read_yaml(path), source=ref)
     device, _, edits = ref.partition(":")
@@ -45,7 +45,7 @@ def cases(suite: Suite, designs: Sequence[Design], base: Path | None = None) -> 
     for d in designs:
         for w in suite.workloads:
             ref = w.scenario
-            if base is not None and not Path(ref).is_absolute() and (base / ref).is_file():
+            if base is not None and not Path(ref).is_absolute() and is_file(base / ref):
                 ref = str(base / ref)
             scenario = catalog.load_scenario(ref)
             if isinstance(scenario, EdgeScenario):
@@ -93,7 +93,7 @@ def compare_hardware(
     if not 0 < constraint < 1:
         raise SpecError("--constraint", constraint, "a factor in (0, 1), e.g. 0.5 to halve each resource")
     s = catalog.suite(suite)
-    base = Path(suite).resolve().parent if Path(suite).is_file() else None
+    base = Path(suite).resolve().parent if is_file(suite) else None
     parsed = [parse_design(d) for d in designs]
     names = [d.name for d in parsed]
     if len(set(names)) != len(names):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def adaptive(as_json: bool, seeds: list[int]) -> list[dict[str, object]]:
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they finish, redirected too
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "all"])
     ap.add_argument("--seeds", default="0,1,2", help="adaptive part: comma-separated seeds (default 0,1,2)")

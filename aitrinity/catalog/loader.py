@@ -119,7 +119,7 @@ def canonical(kind: Kind, name: str) -> str:
     """The canonical entry name for a name, alias or Hugging Face id."""
     _check_kind(kind)
     key = name.strip().lower()
-    if "/" not in key and _is_file(DATA / kind / f"{key}.yaml"):
+    if "/" not in key and is_file(DATA / kind / f"{key}.yaml"):
         return key
     index = _alias_index(kind)
     if key in index:
@@ -151,7 +151,8 @@ def _is_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml", ".json")) or ("/" in ref and _exists(ref))
 
 
-def _is_file(ref: str | Path) -> bool:
+def is_file(ref: str | Path) -> bool:
+    """Whether ``ref`` names a file; a name the OS cannot look up (NUL byte, too long) does not."""
     try:
         return Path(ref).is_file()
     except (OSError, ValueError):
@@ -168,7 +169,7 @@ def _exists(ref: str) -> bool:
 
 def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
     p = Path(path)
-    if not _is_file(p):
+    if not is_file(p):
         raise SpecError.at(path, f"no such {_SINGULAR[kind]} file")
     if kind == "models" and p.suffix == ".json":
         from aitrinity.catalog.hf import from_hf_config
@@ -188,7 +189,7 @@ def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
 def get(kind: Kind, ref: str, cls: type[T], base: Path | None = None) -> T:
     """An entry by name, alias, HF id, or file path (relative paths: against ``base`` first)."""
     if _is_path(ref):
-        if base is not None and not Path(ref).is_absolute() and (base / ref).is_file():
+        if base is not None and not Path(ref).is_absolute() and is_file(base / ref):
             return load_file(kind, base / ref, cls)
         return load_file(kind, ref, cls)
     spec = _load_entry(kind, canonical(kind, ref))
@@ -227,7 +228,7 @@ def scenario(ref: str, base: Path | None = None) -> Scenario | EdgeScenario:
 def suite(ref: str | Path) -> Suite:
     """A built-in workload suite by name, or a suite file."""
     r = str(ref)
-    if _is_path(r) or Path(r).is_file():
+    if _is_path(r) or is_file(r):
         return load_file("suites", r, Suite)
     return get("suites", r, Suite)
 
@@ -296,6 +297,6 @@ def _field(field: str, fn: Callable[[], T]) -> T:
 def load_scenario(path: str | Path) -> Scenario | EdgeScenario:
     """A user scenario file, or a built-in scenario by name (an edge scenario when its workload is ``edge``)."""
     ref = str(path)
-    if _is_path(ref) or _is_file(ref):
+    if _is_path(ref) or is_file(ref):
         return load_file("scenarios", ref, Scenario)
     return scenario(ref)

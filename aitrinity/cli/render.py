@@ -222,7 +222,10 @@ def plan(rep: Any) -> str:
     if s.infeasible:
         lines.append("infeasible: " + ", ".join(f"{r.count:,} {r.reason}" for r in s.infeasible))
     if s.best is None:
-        lines.append("no feasible plan")
+        more = ""
+        if getattr(rep, "min_devices", None):
+            more = f"; with the scenario's own plan it fits from {rep.min_devices} devices (trinity diagnose says why)"
+        lines.append(f"no feasible plan{more}")
         return "\n".join(lines)
     lines += _choices("best plans:", s.top)
     lines += _choices(

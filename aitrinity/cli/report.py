@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aitrinity.catalog.loader import is_file
 from aitrinity.cli.args import output_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     say = Progress(args.quiet).say
 
     trace = Path(args.trace) if args.trace else conversation_trace()
-    if trace is not None and not trace.is_file():
+    if trace is not None and not is_file(trace):
         raise SpecError("--trace", args.trace, "an existing request trace file (Mooncake JSONL)")
     refs = args.scenarios or api.builtin_scenarios()
     for ref in refs:  # a wrong name fails now, before minutes of work

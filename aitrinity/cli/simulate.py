@@ -66,8 +66,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
     )
-    p.add_argument("--cache", default="local,global", help="prefill-cluster: local, global or both (default)")
-    p.add_argument("--model", help="catalog model (default llama-3.1-70b; diurnal-serving: llama-3.1-8b)")
+    p.add_argument("--cache", default="both", help="prefill-cluster: local, global or both (default)")
+    p.add_argument("--model", help="catalog model (default llama-3.1-70b; serving and diurnal-serving: llama-3.1-8b)")
     p.add_argument(
         "--device",
         help="device (prefill-cluster: 8 per instance; serving: 1; default h100-sxm; diurnal-serving: 1, default l4)",
@@ -216,15 +216,24 @@ def _edge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_trace(scenario: str) -> str:
+    """The conversation trace of this checkout when no --trace is given (a one-line error when absent)."""
+    from aitrinity.traces import conversation_trace
+
+    found = conversation_trace()
+    if found is None:
+        raise SpecError("--trace", None, f"a request trace (JSONL) for {scenario}")
+    return str(found)
+
+
 def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog, traces, units
     from aitrinity.sim.serving import for_device, simulate_serving
 
-    if not args.trace:
-        raise SpecError("--trace", None, "a request trace (JSONL) for serving")
+    args.trace = args.trace or _default_trace("serving")
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
-    args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"
+    args.model, args.device = args.model or "llama-3.1-8b", args.device or "h100-sxm"  # one device per instance
     m, d = catalog.model(args.model), catalog.device(args.device)
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
@@ -338,11 +347,10 @@ def _prefill(args: argparse.Namespace) -> int:
     from aitrinity import catalog, traces, units
     from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
 
-    if not args.trace:
-        raise SpecError("--trace", None, "a request trace (JSONL) for prefill-cluster")
+    args.trace = args.trace or _default_trace("prefill-cluster")
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
-    caches = [c.strip() for c in args.cache.split(",") if c.strip()]
+    caches = [c.strip() for c in args.cache.replace("both", "local,global").split(",") if c.strip()]
     if not caches or any(c not in ("local", "global") for c in caches):
         raise SpecError("--cache", args.cache, "local, global or local,global")
     args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from aitrinity.catalog.loader import is_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
@@ -79,7 +80,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     trace = args.trace
     if trace is None and args.rate is None and args.link is None:
         trace = str(Path(__file__).resolve().parents[2] / "data" / "traces" / "uplink-fast-slow.csv")
-        if not Path(trace).is_file():
+        if not is_file(trace):
             from aitrinity.catalog.loader import DATA
 
             trace = str(DATA / "traces" / "uplink-swing.csv")

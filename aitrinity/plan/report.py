@@ -13,3 +13,5 @@ class PlanReport(Result):
     kind: str
     search: SearchResult | ServingSearchResult
     chain: Chain | None
+    min_devices: int | None = None
+    """When no plan fits: devices the scenario's own plan needs to fit (None: it fits, or no count does)."""

@@ -8,7 +8,7 @@ Cross-checks that need the model (heads divisible by TP, ...) happen in
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -21,12 +21,16 @@ from aitrinity.spec.model import ModelSpec
 Overlap = Literal["max", "sum", "partial"]
 
 
+MAX_COUNT = 10**12
+"""The largest count (devices, tokens, batch, degrees) an input may give: far above any real system, and
+below what the vectorized search's int64 arithmetic holds."""
+
 class SystemInput(Spec):
     """The hardware, by catalog name or file path."""
 
     device: str
-    num_devices: int = Field(gt=0)
-    devices_per_node: int = Field(default=8, gt=0)
+    num_devices: int = Field(gt=0, le=MAX_COUNT)
+    devices_per_node: int = Field(default=8, gt=0, le=MAX_COUNT)
     intra_node_link: str | None = None
     inter_node_link: str | None = None
     host_link: str | None = None
@@ -54,8 +58,8 @@ class System(Spec):
     """
 
     device: DeviceSpec
-    num_devices: int = Field(gt=0)
-    devices_per_node: int = Field(gt=0)
+    num_devices: int = Field(gt=0, le=MAX_COUNT)
+    devices_per_node: int = Field(gt=0, le=MAX_COUNT)
     intra_node_link: LinkSpec
     inter_node_link: LinkSpec | None = None
     host_link: LinkSpec
@@ -178,8 +182,8 @@ def _tier_channel(link: LinkSpec, tier: MemoryTierSpec | None) -> ChannelSpec:
 class TrainingJob(Spec):
     """One optimizer step over ``global_batch`` sequences of ``seq_len`` tokens."""
 
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0)
+    seq_len: int = Field(gt=0, le=MAX_COUNT)
+    global_batch: int = Field(gt=0, le=MAX_COUNT)
     total_tokens: float | None = Field(default=None, gt=0)
 
 
@@ -197,9 +201,9 @@ class ServingJob(Spec):
     ``batch: max`` asks for the largest batch that fits in device memory.
     """
 
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
-    batch: int | Literal["max"] = 1
+    prompt_tokens: int = Field(gt=0, le=MAX_COUNT)
+    output_tokens: int = Field(gt=0, le=MAX_COUNT)
+    batch: Annotated[int, Field(le=MAX_COUNT)] | Literal["max"] = 1
     mode: Literal["concurrency", "static"] = "concurrency"
 
     @model_validator(mode="after")
@@ -230,12 +234,12 @@ class Plan(Spec):
     ``dp`` defaults to ``num_devices / (tp * pp)``.
     """
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    dp: int | None = Field(default=None, gt=0)
-    ep: int = Field(default=1, gt=0)
-    micro_batch: int = Field(default=1, gt=0)
-    virtual_stages: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0, le=MAX_COUNT)
+    pp: int = Field(default=1, gt=0, le=MAX_COUNT)
+    dp: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    ep: int = Field(default=1, gt=0, le=MAX_COUNT)
+    micro_batch: int = Field(default=1, gt=0, le=MAX_COUNT)
+    virtual_stages: int = Field(default=1, gt=0, le=MAX_COUNT)
     zero: Literal[0, 1, 2, 3] = 0
     recompute: Literal["none", "selective", "full"] = "none"
     sequence_parallel: bool = False
@@ -246,7 +250,7 @@ class Plan(Spec):
     kv_dtype: Dtype | None = None
     optimizer: Literal["adam", "adamw", "sgd", "sgd-nomomentum"] = "adam"
     master_weights: bool = True
-    prefill_chunk_tokens: int = Field(default=8192, gt=0)
+    prefill_chunk_tokens: int = Field(default=8192, gt=0, le=MAX_COUNT)
     exchanges: list[ExchangeSpec] = []
     """Techniques applied on top of the parallel layout (see ``aitrinity.spec.exchanges``)."""
     """Serving: tokens per prefill forward pass (chunked prefill, Agrawal et al. 2024 "Sarathi-Serve")."""

@@ -143,7 +143,7 @@ def test_train_demo_json_and_errors(capsys):
     assert "--compressor" in capsys.readouterr().err
 
 
-def test_simulate_commands(capsys, tmp_path):
+def test_simulate_commands(capsys, tmp_path, monkeypatch):
     assert main(["simulate", "training-link", "--steps", "300", "--quiet", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in rows][-2:] == ["adaptive", "oracle"]
@@ -151,8 +151,12 @@ def test_simulate_commands(capsys, tmp_path):
     assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--instances", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "local" in out and "global" in out
+    monkeypatch.chdir(tmp_path)  # outside a checkout there is no default trace
     assert main(["simulate", "prefill-cluster", "--quiet"]) == 2
     assert "--trace" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--cache", "both", "--quiet"]) == 0
+    assert "global" in capsys.readouterr().out
     assert (
         main(
             [
