@@ -25,6 +25,7 @@ MAX_COUNT = 10**12
 """The largest count (devices, tokens, batch, degrees) an input may give: far above any real system, and
 below what the vectorized search's int64 arithmetic holds."""
 
+
 class SystemInput(Spec):
     """The hardware, by catalog name or file path."""
 
