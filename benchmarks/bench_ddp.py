@@ -36,6 +36,12 @@ from typing import Any
 from aitrinity.systems import netns
 from aitrinity.systems.ddp.launch import run_workers
 
+try:  # a clear message instead of a ModuleNotFoundError (after minutes of work)
+    import torch
+except ImportError:
+    sys.exit("bench_ddp.py runs real torch workloads: pip install -e '.[dev]' (or '.[torch]') first")
+
+
 ACCURACY = [
     ("none", {}),
     ("fp16", {}),

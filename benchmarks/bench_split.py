@@ -39,6 +39,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+try:  # a clear message instead of a ModuleNotFoundError (after minutes of work)
+    import torch  # noqa: F401
+except ImportError:
+    sys.exit("bench_split.py runs real torch workloads: pip install -e '.[dev]' (or '.[torch]') first")
+
+
 ROOT = Path(__file__).resolve().parents[1]
 RATES = ["1mbit", "8mbit", "64mbit"]
 

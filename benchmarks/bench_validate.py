@@ -25,6 +25,12 @@ from aitrinity.spec.scenario import SystemInput
 from aitrinity.systems.calibrate import calibrate
 from aitrinity.systems.validate import validate
 
+try:  # a clear message instead of a ModuleNotFoundError (after minutes of work)
+    import torch  # noqa: F401
+except ImportError:
+    sys.exit("bench_validate.py runs real torch workloads: pip install -e '.[dev]' (or '.[torch]') first")
+
+
 GOAL = 0.25
 
 

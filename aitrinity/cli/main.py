@@ -408,6 +408,7 @@ def _cmd_validate_serving(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     if args.serving:
         return _cmd_validate_serving(args)
+    Progress(args.quiet).say("loading torch (seconds)")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -106,6 +106,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    Progress(args.quiet).say("loading torch and the digits data (seconds)")
     try:
         import sklearn  # noqa: F401
         import torch  # noqa: F401

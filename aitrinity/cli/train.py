@@ -50,6 +50,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    Progress(args.quiet).say("loading torch and starting the workers (seconds)")
     try:
         import torch  # noqa: F401
     except ImportError:

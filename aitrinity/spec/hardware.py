@@ -158,7 +158,11 @@ class DeviceSpec(Spec):
             return self.peak_flops[twin]
         from aitrinity.errors import SpecError
 
-        raise SpecError("dtype", dtype, f"a dtype {self.name} supports: {', '.join(self.peak_flops)}")
+        raise SpecError(
+            "plan.compute_dtype",
+            dtype,
+            f"a dtype {self.name} has a peak for: {', '.join(self.peak_flops)} (e.g. --set plan.compute_dtype=fp32)",
+        )
 
 
 class RadioModel(Spec):

@@ -2,6 +2,7 @@
 
 import io
 import subprocess
+import sys
 
 import pytest
 
@@ -22,7 +23,7 @@ def test_every_command_takes_json_and_quiet_and_shows_examples(prog, leaf):
 
 
 def _complete(words: str) -> list[str]:
-    script = subprocess.run(["trinity", "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    script = subprocess.run([sys.executable, "-m", "aitrinity.cli.main", "completion", "bash"], capture_output=True, text=True, check=True).stdout
     cmd = (
         f'{script}\nread -ra COMP_WORDS <<< "{words}"\n'
         f'[[ "{words}" == *" " ]] && COMP_WORDS+=("")\n'
@@ -41,7 +42,7 @@ def test_bash_completion_knows_commands_choices_and_scenarios():
 
 def test_zsh_and_fish_scripts_name_every_command():
     for shell in ("zsh", "fish"):
-        out = subprocess.run(["trinity", "completion", shell], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-m", "aitrinity.cli.main", "completion", shell], capture_output=True, text=True, check=True).stdout
         for cmd in ("diagnose", "plan", "report", "ui", "simulate", "kv"):
             assert cmd in out, (shell, cmd)
 

@@ -17,7 +17,7 @@ def options():
     return resolve(s, base).options()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 11])  # 7 and 11: held out, never tuned on
 def test_adaptive_beats_every_static_choice_and_nears_the_oracle(options, seed):
     results = {r.policy: r for r in compare_edge(options, TRACE, seed=seed)}
     ad, orc = results.pop("adaptive"), results.pop("oracle")

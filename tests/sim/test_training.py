@@ -6,7 +6,7 @@ from aitrinity.errors import SpecError
 from aitrinity.sim.training import DEGRADING, LinkTrace, TrainingJob, compare, simulate_training
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 11])  # 7 and 11: held out, never tuned on
 def test_adaptive_beats_every_static_plan_and_nears_the_oracle(seed):
     results = {r.policy: r for r in compare(TrainingJob(), DEGRADING, seed=seed)}
     adaptive, oracle = results.pop("adaptive"), results.pop("oracle")
