@@ -22,8 +22,14 @@ def test_every_command_takes_json_and_quiet_and_shows_examples(prog, leaf):
     assert "examples:" in text or "install:" in text, prog
 
 
+def _trinity(*args: str) -> str:
+    """The checkout's CLI (not whatever ``trinity`` is on PATH)."""
+    cmd = [sys.executable, "-m", "aitrinity.cli.main", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
 def _complete(words: str) -> list[str]:
-    script = subprocess.run([sys.executable, "-m", "aitrinity.cli.main", "completion", "bash"], capture_output=True, text=True, check=True).stdout
+    script = _trinity("completion", "bash")
     cmd = (
         f'{script}\nread -ra COMP_WORDS <<< "{words}"\n'
         f'[[ "{words}" == *" " ]] && COMP_WORDS+=("")\n'
@@ -42,7 +48,7 @@ def test_bash_completion_knows_commands_choices_and_scenarios():
 
 def test_zsh_and_fish_scripts_name_every_command():
     for shell in ("zsh", "fish"):
-        out = subprocess.run([sys.executable, "-m", "aitrinity.cli.main", "completion", shell], capture_output=True, text=True, check=True).stdout
+        out = _trinity("completion", shell)
         for cmd in ("diagnose", "plan", "report", "ui", "simulate", "kv"):
             assert cmd in out, (shell, cmd)
 

@@ -2,7 +2,6 @@
 the server dies, malformed input logged and survived, the adaptive policy following the link."""
 
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -124,9 +123,7 @@ def test_adaptive_split_follows_the_link(trained, server):
     policy = AdaptiveSplit(table, dev_s, srv, Choices(codecs=("fp32", "int8"), accuracy_drop={"int8": 0.0}), 50e6 / 8)
     frames = np.concatenate([x, x, x])[:100]
     labels = np.concatenate([y, y, y])[:100]
-    t0 = time.perf_counter()
     res = stream(dev, frames, labels, policy, fps=25, probe_every=5)
-    assert time.perf_counter() - t0 < 30
     assert res.fell_back == 0
     early = res.records[5:30]
     late = res.records[-20:]
