@@ -10,9 +10,10 @@ and the used engine version, and why a fallback happened, for stderr and ``--jso
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-from aitrinity.cost.kernels import Kernels, RooflineKernels
+from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, RooflineKernels, TableKernels
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import AttentionParams, CollectiveParams, DeviceSpec, GemmParams, KernelParams
 
@@ -70,8 +71,32 @@ def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None
     if dev.name not in kt.SYSTEM_OF_DEVICE:
         note = f"no kernel tables for {dev.name}: catalog roofline"
         return KernelChoice(fallback, fallback.source, note if dev.kind == "gpu" else None)
-    table = kt.load(dev.name, engine, version, fallback)
-    used = kt.choice(dev.name, engine, version)
+    table = table_kernels(dev, engine, version)
+    used = kt.read(dev.name, engine, version).choice
     if version is not None and used.version != version:
         return KernelChoice(table, table.source, f"no {engine} {version} tables for {dev.name}: using {used.version}")
     return KernelChoice(table, table.source, None)
+
+
+@functools.lru_cache(maxsize=16)
+def _grids(
+    device: str, engine: str, version: str | None
+) -> tuple[dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid]]:
+    from aitrinity.catalog import kernel_tables as kt
+
+    t = kt.read(device, engine, version)
+    attention = {
+        key: AttentionTables({h: Grid(*g) for h, g in a.prefill.items()}, {h: Grid(*g) for h, g in a.decode.items()})
+        for key, a in t.attention.items()
+    }
+    return {d: Grid(*g) for d, g in t.gemm.items()}, attention, {n: Grid(*g) for n, g in t.all_reduce.items()}
+
+
+def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> TableKernels:
+    """The measured kernels of ``dev`` under ``engine``, the catalog roofline for what no table covers
+    (recorded in ``fallbacks``). Raises SpecError when the tables cannot be read."""
+    from aitrinity.catalog import kernel_tables as kt
+
+    gemm, attention, all_reduce = _grids(dev.name, engine, version)
+    label = kt.read(dev.name, engine, version).choice.label
+    return TableKernels(gemm, attention, all_reduce, roofline(dev), source=f"table {label}")

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from aitrinity import catalog
+from aitrinity import catalog, silicon
 from aitrinity.catalog import kernel_tables as kt
 from aitrinity.cost.kernels import Grid
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
@@ -58,7 +58,9 @@ def main() -> int:
     ap.add_argument("--version", default=None)
     args = ap.parse_args()
     dev = catalog.device(args.device)
-    c, gemm, attention, all_reduce = kt._tables(dev.name, args.engine, args.version)
+    c = kt.read(dev.name, args.engine, args.version).choice
+    k = silicon.table_kernels(dev, args.engine, args.version)
+    gemm, attention, all_reduce = k.gemm_grids, k.attention, k.all_reduce_grids
     bw = dev.memory_bandwidth_Bps
     print(f"  # python tools/derive_kernel_params.py {dev.name} --engine {c.engine} --version {c.version}")
     print("kernels:")

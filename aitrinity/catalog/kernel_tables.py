@@ -9,9 +9,10 @@ Installed with ``pip install 'aitrinity[silicon]'`` (which brings pyarrow). Only
 are read. The same package ships ``systems/silicon_sample.csv`` (end-to-end runs kept apart as an
 independent check): this module never opens it.
 
-:func:`load` returns :class:`~aitrinity.cost.kernels.TableKernels` for a catalog device and an engine, or
-raises :class:`~aitrinity.errors.SpecError` with one line (extra not installed, no table for the device,
-a corrupt file). Results are cached per (device, engine, version).
+:func:`read` returns :class:`MeasuredTables` -- plain grids of seconds, no pricing logic (the catalog layer
+sits below ``cost``; :mod:`aitrinity.silicon` turns them into kernel times) -- for a catalog device and an
+engine, or raises :class:`~aitrinity.errors.SpecError` with one line (extra not installed, no table for
+the device, a corrupt file). Results are cached per (device, engine, version).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from aitrinity.cost.kernels import AttentionTables, Grid, RooflineKernels, TableKernels
 from aitrinity.errors import SpecError
 
 PACKAGE = "aiconfigurator_core"
@@ -45,6 +45,18 @@ SYSTEM_OF_DEVICE = {
 
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+MeasuredGrid = tuple[tuple[np.ndarray, ...], np.ndarray]
+"""(axes, seconds): ``seconds[i, j, ...]`` measured at ``axes[0][i], axes[1][j], ...``; every cell filled."""
+
+
+@dataclass(frozen=True)
+class MeasuredAttention:
+    """One (head_dim, KV dtype): grids over (batch, tokens or context, query heads) per KV-head count."""
+
+    prefill: dict[int, MeasuredGrid]
+    decode: dict[int, MeasuredGrid]
 
 
 @dataclass(frozen=True)
@@ -152,8 +164,8 @@ def _fill(values: np.ndarray) -> np.ndarray:
     return v
 
 
-def _grid(keys: list[np.ndarray], seconds: np.ndarray) -> Grid:
-    """A Grid from scattered rows on a (possibly incomplete) product of axis values; duplicates: the
+def _grid(keys: list[np.ndarray], seconds: np.ndarray) -> MeasuredGrid:
+    """A grid from scattered rows on a (possibly incomplete) product of axis values; duplicates: the
     fastest (the engine picks its best kernel)."""
     axes = [np.unique(k.astype(np.float64)) for k in keys]
     shape = tuple(len(a) for a in axes)
@@ -161,7 +173,7 @@ def _grid(keys: list[np.ndarray], seconds: np.ndarray) -> Grid:
     index = tuple(np.searchsorted(a, k.astype(np.float64)) for a, k in zip(axes, keys, strict=True))
     np.minimum.at(vals, index, seconds)
     vals[np.isinf(vals)] = np.nan
-    return Grid(tuple(axes), _fill(vals))
+    return tuple(axes), _fill(vals)
 
 
 def _groups(rows: dict[str, np.ndarray], by: list[str]) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
@@ -176,7 +188,7 @@ def _groups(rows: dict[str, np.ndarray], by: list[str]) -> Iterator[tuple[tuple[
         yield tuple(u[code.reshape(-1)[first]] for u, code in zip(uniques, codes, strict=True)), sel
 
 
-def _gemm(root: Path, c: TableChoice) -> dict[str, Grid]:
+def _gemm(root: Path, c: TableChoice) -> dict[str, MeasuredGrid]:
     rows = _read(root / "gemm" / c.engine / c.version / "gemm_perf.parquet", ["gemm_dtype", "m", "n", "k", "latency"])
     out = {}
     for (dtype,), sel in _groups(rows, ["gemm_dtype"]):
@@ -194,14 +206,14 @@ def _attention_version(root: Path, c: TableChoice) -> Path | None:
     return root / "attention" / c.engine / (older[-1] if older else have[0])
 
 
-def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], AttentionTables]:
+def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAttention]:
     folder = _attention_version(root, c)
     if folder is None:
         return {}
     cols = ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"]
     pre = _read(folder / "context_attention_perf.parquet", [*cols, "isl"], {"window_size": 0})
     dec = _read(folder / "generation_attention_perf.parquet", [*cols, "step"], {"window_size": 0})
-    found: dict[tuple[int, str], AttentionTables] = {}
+    found: dict[tuple[int, str], MeasuredAttention] = {}
     for rows, length, kind in ((pre, pre["isl"], "prefill"), (dec, dec["step"] + 1, "decode")):
         full = rows["window_size"] == 0  # full attention; sliding windows are other rows
         for (hd, kv, kvh), sel in _groups(rows, ["head_dim", "kv_cache_dtype", "num_key_value_heads"]):
@@ -210,12 +222,12 @@ def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], AttentionTab
             if not name or sel.sum() < 8:
                 continue
             grid = _grid([rows["batch_size"][sel], length[sel], rows["num_heads"][sel]], rows["latency"][sel] * 1e-3)
-            at = found.setdefault((int(hd), name), AttentionTables({}, {}))
+            at = found.setdefault((int(hd), name), MeasuredAttention({}, {}))
             getattr(at, kind)[int(kvh)] = grid
     return {k: v for k, v in found.items() if v.prefill and v.decode}
 
 
-def _all_reduce(root: Path, c: TableChoice) -> dict[int, Grid]:
+def _all_reduce(root: Path, c: TableChoice) -> dict[int, MeasuredGrid]:
     have = versions(c.system, "comm", c.engine)
     older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
     for v in reversed(older):
@@ -231,25 +243,25 @@ def _all_reduce(root: Path, c: TableChoice) -> dict[int, Grid]:
     return {}
 
 
+@dataclass(frozen=True)
+class MeasuredTables:
+    """What was read for one GPU and engine version."""
+
+    choice: TableChoice
+    gemm: dict[str, MeasuredGrid]
+    """By dtype: bf16, fp8, fp8_block, fp4; axes (m, n, k)."""
+    attention: dict[tuple[int, str], MeasuredAttention]
+    """By (head_dim, KV dtype)."""
+    all_reduce: dict[int, MeasuredGrid]
+    """By GPU count; axis: payload bytes."""
+
+
 @functools.lru_cache(maxsize=16)
-def _tables(
-    device: str, engine: str, version: str | None
-) -> tuple[TableChoice, dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid]]:
+def read(device: str, engine: str, version: str | None) -> MeasuredTables:
+    """The measured tables of ``device`` under ``engine`` (``version`` or the closest measured), read once."""
     c = choose(device, engine, version)
     root = data_root() / c.system
     try:
-        return c, _gemm(root, c), _attention(root, c), _all_reduce(root, c)
+        return MeasuredTables(c, _gemm(root, c), _attention(root, c), _all_reduce(root, c))
     except (ValueError, KeyError) as e:
         raise SpecError.at(root, f"kernel tables unusable ({e})") from None
-
-
-def load(device: str, engine: str, version: str | None, fallback: RooflineKernels) -> TableKernels:
-    """The measured kernels of ``device`` under ``engine`` (``version`` or the closest measured); what no
-    table covers is priced by ``fallback`` and recorded in ``fallbacks``. Tables are read once per process."""
-    c, gemm, attention, all_reduce = _tables(device, engine, version)
-    return TableKernels(gemm, attention, all_reduce, fallback, source=f"table {c.label}")
-
-
-def choice(device: str, engine: str, version: str | None) -> TableChoice:
-    """Which tables :func:`load` reads for these arguments (the version may differ from the asked one)."""
-    return _tables(device, engine, version)[0]

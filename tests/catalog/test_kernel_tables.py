@@ -68,13 +68,13 @@ def test_a_corrupt_table_is_one_line_not_a_traceback(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     (folder / "gemm_perf.parquet").write_bytes(b"PAR1 this is not parquet")
     monkeypatch.setattr(kt, "data_root", lambda: tmp_path)
-    kt._tables.cache_clear()
+    kt.read.cache_clear()
     try:
         with pytest.raises(SpecError) as err:
-            kt.load("h100-sxm", "vllm", "9.9.9", silicon.roofline(catalog.device("h100-sxm")))
+            kt.read("h100-sxm", "vllm", "9.9.9")
         assert "not a readable kernel table" in str(err.value) and "\n" not in str(err.value)
     finally:
-        kt._tables.cache_clear()
+        kt.read.cache_clear()
 
 
 def test_without_the_extra_the_roofline_is_used_and_said(monkeypatch):
