@@ -11,6 +11,7 @@ from aitrinity.units import (
     format_count,
     format_energy,
     format_flop_rate,
+    format_flops,
     format_money,
     format_time,
 )
@@ -98,6 +99,11 @@ def metrics(d: Diagnosis) -> str:
             parts.append(f"run {format_time(t.total_time_s)}")
         if t.total_usd is not None:
             parts.append(f"{format_money(t.total_usd)} total")
+        if t.total_flops_6nd is not None and t.total_flops_with_attention is not None:
+            parts.append(
+                f"compute {format_flops(t.total_flops_6nd)} (6·N·D), "
+                f"{format_flops(t.total_flops_with_attention)} with attention scores"
+            )
     if est.serving:
         s = est.serving
         led = est.ledger.serving

@@ -85,6 +85,12 @@ class TrainingMetrics(Result):
     total_time_s: float | None
     total_usd: float | None
     total_joules: float | None
+    total_flops_6nd: float | None = None
+    """Training compute by the 6·N·D convention (N active parameters, D tokens): the GPT-3 (Brown et al. 2020,
+    Table D.1) and Llama 3 (Dubey et al. 2024, Table 4 note) totals."""
+    total_flops_with_attention: float | None = None
+    """Training compute counting the attention scores too (PaLM's MFU convention, Chowdhery et al. 2022,
+    App. B): the model FLOPs MFU is computed from."""
 
 
 class ServingMetrics(Result):
@@ -253,6 +259,8 @@ def price(ledger: Ledger, system: System) -> Estimate:
             total_time_s=steps * t if steps else None,
             total_usd=steps * t * usd_rate if steps and usd_rate is not None else None,
             total_joules=steps * t * power if steps else None,
+            total_flops_6nd=6.0 * ledger.params_active * total if total else None,
+            total_flops_with_attention=steps * led.flops.model_total if steps else None,
         )
     if ledger.serving:
         f = ledger.serving

@@ -33,3 +33,29 @@ def test_moe_counts_only_routed_experts():
     m = catalog.model("mixtral-8x7b")
     dense_equiv = 2 * 32 * 2 * 3 * 4096 * 14336  # top-2 of 3-matrix experts, 32 layers
     assert token_flops(m).mlp == dense_equiv
+
+
+@pytest.mark.parametrize(
+    "model, tokens, published, seq, devices, pp, attention_excess",
+    [
+        # Brown et al. 2020, Table D.1: 3.14e23; Dubey et al. 2024 (Llama 3), §3.2.1: 3.8e25
+        ("gpt-3-175b", 300e9, 3.14e23, 2048, 1024, 8, 0.028),
+        ("llama-3.1-405b", 15.6e12, 3.8e25, 8192, 896, 7, 0.078),
+    ],
+)
+def test_training_compute_is_reported_both_ways(model, tokens, published, seq, devices, pp, attention_excess):
+    """6·N·D reproduces the published totals within 0.5%; counting attention scores (PaLM's MFU convention)
+    comes out higher by the share the scores add at that sequence length."""
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    data = {
+        "name": "x",
+        "system": {"device": "h100-sxm", "num_devices": devices},
+        "workload": {"model": model, "training": {"seq_len": seq, "global_batch": 1024, "total_tokens": tokens}},
+        "plan": {"tp": 8, "pp": pp},
+    }
+    t = api.estimate(api.resolve(validate(Scenario, data))).training
+    assert t.total_flops_6nd == pytest.approx(published, rel=0.005)
+    assert t.total_flops_with_attention / t.total_flops_6nd - 1 == pytest.approx(attention_excess, abs=0.002)
