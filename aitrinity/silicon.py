@@ -13,11 +13,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from aitrinity.cost.concurrency import ENGINE_PROFILES
 from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, RooflineKernels, TableKernels
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import AttentionParams, CollectiveParams, DeviceSpec, GemmParams, KernelParams
 
-ENGINES = ("trtllm", "vllm", "sglang", "generic")
+ENGINES = tuple(ENGINE_PROFILES)
+"""Engines a scenario may name: those with a scheduling profile (``generic`` among them)."""
 
 
 @dataclass(frozen=True)

@@ -25,20 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from aitrinity import catalog, silicon
+from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout
 from aitrinity.errors import SpecError, TrinityError
 
-DEVICE_OF_SYSTEM = {
-    "h100_sxm": "h100-sxm",
-    "h100_pcie": "h100-pcie",
-    "h200_sxm": "h200",
-    "b200_sxm": "b200",
-    "a100_sxm": "a100-80gb-sxm",
-    "l40s": "l40s",
-    "l4": "l4",
-}
+DEVICE_OF_SYSTEM = {system: device for device, system in reversed(SYSTEM_OF_DEVICE.items())}
+"""Table folder -> catalog device (the first catalog device listed for it: a100_sxm is the 80 GB part)."""
 DTYPE_OF_QUANT = {"": "bf16", "bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 REQUIRED = (
     "model_path",

@@ -186,11 +186,6 @@ def _parse_json(text: str) -> Any:
 
 def run_case(argv: list[str], timeout_s: float) -> tuple[str, int | None]:
     """Run one case in this process: ('' when it passes, else the kind of failure; the exit status)."""
-    verdict, rc = _run(argv, timeout_s)
-    return verdict, rc
-
-
-def _run(argv: list[str], timeout_s: float) -> tuple[str, int | None]:
     out, err = io.StringIO(), io.StringIO()
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
