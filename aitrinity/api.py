@@ -129,10 +129,21 @@ def estimate(r: Resolved) -> Estimate:
     from aitrinity.cost.estimate import price
 
     led = ledger(r)
+    if r.scenario.workload.training is not None and r.system.device.kind == "gpu":
+        return _estimate_training(r, led)
     job = r.scenario.workload.serving
     if job is None or job.mode != "concurrency":
         return price(led, r.system)
     return _estimate_concurrency(r, led)
+
+
+def _estimate_training(r: Resolved, led: Ledger) -> Estimate:
+    from aitrinity import silicon
+    from aitrinity.cost.estimate import estimate_training
+
+    choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
+    notes = [choice.note] if choice.note else []
+    return estimate_training(led, r.model, r.scenario.plan, r.system, choice.kernels, notes)
 
 
 def _estimate_concurrency(r: Resolved, led: Ledger) -> Estimate:
@@ -246,9 +257,16 @@ def plan(
             raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
-        result = search_training(r.model, w.training, r.scenario.plan, r.system, objective, top, pareto=pareto)
+        from aitrinity import silicon
+
+        kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
+        result = search_training(
+            r.model, w.training, r.scenario.plan, r.system, objective, top, pareto=pareto, kernels=kernels
+        )
         chain = (
-            training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own) if result.best else None
+            training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own, kernels)
+            if result.best
+            else None
         )
         need = None
         if result.best is None:

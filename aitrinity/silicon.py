@@ -14,9 +14,11 @@ import functools
 from dataclasses import dataclass
 
 from aitrinity.cost.concurrency import ENGINE_PROFILES
-from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, RooflineKernels, TableKernels
+from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, TableKernels, generic_params, roofline
 from aitrinity.errors import SpecError
-from aitrinity.spec.hardware import AttentionParams, CollectiveParams, DeviceSpec, GemmParams, KernelParams
+from aitrinity.spec.hardware import DeviceSpec
+
+__all__ = ["ENGINES", "KernelChoice", "generic_params", "kernels", "roofline", "table_kernels"]
 
 ENGINES = tuple(ENGINE_PROFILES)
 """Engines a scenario may name: those with a scheduling profile (``generic`` among them)."""
@@ -29,32 +31,6 @@ class KernelChoice:
     """``table h100_sxm/vllm/0.24.0`` or ``roofline (catalog h100-sxm)``."""
     note: str | None
     """Why the source differs from what was asked (no extra, no table, another version), or None."""
-
-
-def generic_params(dev: DeviceSpec) -> KernelParams:
-    """Compact parameters for a device whose catalog entry has none: its efficiency figures, a 5 µs launch
-    and its memory efficiency; an all-reduce at NVLink-class latency (an assumption, said in ``source``)."""
-    eff = dev.efficiency
-    gemm = GemmParams(efficiency=eff.compute, half_rows=eff.compute_half_rows, launch_s=5e-6)
-    return KernelParams(
-        source=f"generic: {dev.name}'s efficiency figures, 5 µs launches (no kernel tables derived)",
-        gemm={"bf16": gemm},
-        attention=AttentionParams(
-            prefill_efficiency=eff.compute * 0.6, decode_memory_efficiency=eff.memory, launch_s=5e-6
-        ),
-        all_reduce={n: CollectiveParams(latency_s=10e-6 * n / 2, bus_bandwidth_Bps=150e9) for n in (2, 4, 8)},
-        memory_efficiency=eff.memory,
-    )
-
-
-def roofline(dev: DeviceSpec) -> RooflineKernels:
-    params = dev.kernels or generic_params(dev)
-    return RooflineKernels(
-        {str(k): v for k, v in dev.peak_flops.items()},
-        dev.memory_bandwidth_Bps,
-        params,
-        f"roofline (catalog {dev.name})",
-    )
 
 
 def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None, tables: bool = True) -> KernelChoice:

@@ -25,7 +25,9 @@ def test_link_by_bandwidth_or_by_name():
 def test_hardware_overrides_move_the_estimate_the_right_way():
     base = api.diagnose(BASE).estimate.training.step_time_s
     slow = api.diagnose(BASE, ["flops_scale=0.5"]).estimate.training.step_time_s
-    assert slow > 1.8 * base  # compute-bound: half the FLOP/s, about twice the time
+    # compute-bound: half the FLOP/s slows the GEMMs and attention twofold; collectives, memory-bound
+    # kernels and the pipeline sends keep their time, so the step takes well over 1.5x, under 2x
+    assert 1.5 * base < slow < 2.0 * base
     fat = api.diagnose("trillion-param-training", ["hbm_capacity=400GiB"])
     assert fat.capacity.fits
 

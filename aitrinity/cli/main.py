@@ -210,6 +210,8 @@ def _parser() -> argparse.ArgumentParser:
   trinity validate --profile me.yaml --markdown validation.md
   trinity validate --serving runs.csv            measured serving runs vs the operator model
   trinity validate --serving runs.csv --no-tables   the same with the catalog's compact kernel parameters
+  trinity validate --training                    published Megatron-LM and Llama 3 runs vs the operator model
+  trinity validate --training --engine vllm      the same with the measured kernel tables ([silicon])
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -218,6 +220,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     va.add_argument("--quick", action="store_true", help="two small models only")
     va.add_argument("--serving", metavar="FILE", help="a CSV of measured GPU serving runs to price (no torch needed)")
+    va.add_argument("--training", action="store_true", help="published large-scale training runs vs the operator model")
+    va.add_argument(
+        "--engine",
+        choices=("generic", "trtllm", "vllm", "sglang"),
+        default="generic",
+        help="with --training: whose measured kernel tables time the GEMMs (default: the catalog's parameters)",
+    )
     va.add_argument(
         "--no-tables",
         dest="tables",
@@ -405,9 +414,30 @@ def _cmd_validate_serving(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_training(args: argparse.Namespace) -> int:
+    from aitrinity import validate_training as vt
+
+    output_file("--markdown", args.markdown)
+    progress = Progress(args.quiet)
+    checks = []
+    for i, run in enumerate(vt.RUNS):
+        progress.step(i, len(vt.RUNS), "runs")
+        checks.append(vt.check(run, args.engine))
+    table = vt.markdown(checks)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(table + "\n")
+    print(dump([c.model_dump(mode="json") for c in checks]) if args.json else table)
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.serving and args.training:
+        raise SpecError("validate", "--serving and --training", "one of them")
     if args.serving:
         return _cmd_validate_serving(args)
+    if args.training:
+        return _cmd_validate_training(args)
     Progress(args.quiet).say("loading torch (seconds)")
     try:
         import torch  # noqa: F401

@@ -94,8 +94,13 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
     res = ph.resources
     top = max(res, key=lambda r: r.time_s)
     others = [r.time_s for r in res if r is not top]
-    free = combine(others, ph.overlap, overlap_fraction) + (ph.bubble_s if top.kind != "compute" else 0.0)
-    free += ph.dispatch_s
+    if ph.operators:  # the operator model runs its terms in series: freeing one removes its time (and,
+        # in a pipeline, its share of the bubble, which is a number of stage slots)
+        scale = ph.time_s / (ph.time_s - ph.bubble_s) if ph.time_s > ph.bubble_s else 1.0
+        free = max(ph.time_s - top.time_s * scale, max(others, default=0.0))
+    else:
+        free = combine(others, ph.overlap, overlap_fraction) + (ph.bubble_s if top.kind != "compute" else 0.0)
+        free += ph.dispatch_s
     uses = [
         ResourceUse(
             resource=r.resource, kind=r.kind, time_s=r.time_s, utilization=r.time_s / ph.time_s if ph.time_s else 0.0

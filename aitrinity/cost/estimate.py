@@ -28,6 +28,10 @@ from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, fo
 
 if TYPE_CHECKING:
     from aitrinity.cost.concurrency import SteadyState
+    from aitrinity.cost.kernels import Kernels
+    from aitrinity.cost.train_operators import StepTimes
+    from aitrinity.spec.model import ModelSpec
+    from aitrinity.spec.scenario import Plan
 
 ResourceKind = Literal["compute", "memory_bandwidth", "link", "latency"]
 """``latency``: time no bandwidth explains -- kernel launches, collective latency, engine scheduling and
@@ -233,35 +237,42 @@ def lower_tier_checks(ledger: Ledger, system: System) -> list[MemoryCheck]:
     return out
 
 
+def training_metrics(ledger: Ledger, system: System, t: float) -> TrainingMetrics:
+    """Throughput, MFU / HFU, $ and J of a training step of ``t`` seconds."""
+    assert ledger.training is not None
+    led, n = ledger.phases[0], system.num_devices
+    peak = system.device.peak_flops_for(ledger.compute_dtype)
+    power = system.power_W * n
+    usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
+    tokens = ledger.training.tokens_per_step
+    total = ledger.training.total_tokens
+    steps = total / tokens if total else None
+    return TrainingMetrics(
+        step_time_s=t,
+        tokens_per_s=tokens / t,
+        mfu=led.flops.model_total / (t * peak * n),
+        hfu=led.flops.hardware / (t * peak),
+        joules_per_step=power * t,
+        joules_per_token=power * t / tokens,
+        usd_per_step=usd_rate * t if usd_rate is not None else None,
+        usd_per_million_tokens=usd_rate * t / tokens * 1e6 if usd_rate is not None else None,
+        total_time_s=steps * t if steps else None,
+        total_usd=steps * t * usd_rate if steps and usd_rate is not None else None,
+        total_joules=steps * t * power if steps else None,
+        total_flops_6nd=6.0 * ledger.params_active * total if total else None,
+        total_flops_with_attention=steps * led.flops.model_total if steps else None,
+    )
+
+
 def price(ledger: Ledger, system: System) -> Estimate:
     """Price every phase of the ledger and derive throughput, MFU, $ and J."""
     phases = [price_phase(ph, system, ledger.compute_dtype) for ph in ledger.phases]
     n = system.num_devices
     power = system.power_W * n
     usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
-    peak = system.device.peak_flops_for(ledger.compute_dtype)
     training = serving = None
     if ledger.training:
-        ph, led = phases[0], ledger.phases[0]
-        t = ph.time_s
-        tokens = ledger.training.tokens_per_step
-        total = ledger.training.total_tokens
-        steps = total / tokens if total else None
-        training = TrainingMetrics(
-            step_time_s=t,
-            tokens_per_s=tokens / t,
-            mfu=led.flops.model_total / (t * peak * n),
-            hfu=led.flops.hardware / (t * peak),
-            joules_per_step=power * t,
-            joules_per_token=power * t / tokens,
-            usd_per_step=usd_rate * t if usd_rate is not None else None,
-            usd_per_million_tokens=usd_rate * t / tokens * 1e6 if usd_rate is not None else None,
-            total_time_s=steps * t if steps else None,
-            total_usd=steps * t * usd_rate if steps and usd_rate is not None else None,
-            total_joules=steps * t * power if steps else None,
-            total_flops_6nd=6.0 * ledger.params_active * total if total else None,
-            total_flops_with_attention=steps * led.flops.model_total if steps else None,
-        )
+        training = training_metrics(ledger, system, phases[0].time_s)
     if ledger.serving:
         f = ledger.serving
         ttft, tpot = phases[0].time_s, phases[1].time_s
@@ -388,3 +399,133 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         mode="concurrency",
     )
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})
+
+
+OPERATOR_PRICED = ("TP activations", "PP activations")
+"""Traffic of a training step the operator model times itself (TP collectives, pipeline sends); the rest
+(data-parallel gradients, EP all-to-all, offload streams) are priced on their links."""
+
+TRAINING_PARTS = {
+    "gemm": "GEMMs (projections, MLP, LM head; forward and backward)",
+    "attention": "attention kernels (forward and backward)",
+    "communication": "TP collectives",
+    "elementwise": "element-wise kernels (norms, dropout, activation, loss)",
+    "p2p": "pipeline sends and receives",
+    "bubble": "pipeline bubble (fill and drain)",
+    "optimizer": "optimizer step",
+    "exchange": "exchange work (compression)",
+}
+
+
+def price_training_ledger(
+    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels | None = None
+) -> Estimate:
+    """A training ledger priced as ``trinity diagnose`` and the planner price it: the operator model on a GPU
+    (``kernels``, default the device's catalog roofline), the phase roofline on other devices."""
+    if system.device.kind != "gpu":
+        return price(ledger, system)
+    from aitrinity.cost.kernels import roofline
+
+    return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), [])
+
+
+def estimate_training(
+    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels, notes: list[str]
+) -> Estimate:
+    """A GPU training step through the operator model: the slowest stage's micro-batch from kernel times,
+    the 1F1B schedule around it, the pipeline sends from the ledger's PP link, the optimizer's pass."""
+    from aitrinity.cost.train_operators import plan_microbatch, step_times
+
+    assert ledger.training is not None
+    st = step_times(
+        m,
+        kernels,
+        (plan.tp, plan.pp, plan.ep, plan.virtual_stages),
+        plan_microbatch(plan, ledger.training.seq_len),
+        ledger.training.num_microbatches,
+        pipeline_send_s(ledger, system),
+        optimizer_step_bytes(ledger),
+    )
+    notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
+    return price_training(ledger, system, st, kernels.source, notes)
+
+
+def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, notes: list[str]) -> Estimate:
+    """The Estimate of a training step timed by the operator model (:mod:`aitrinity.cost.train_operators`).
+
+    Resources: compute is the GEMM and attention kernels' time; device memory and the links keep the
+    roofline; the GPU time above the slowest of them is the launch / collective-latency resource. Streams
+    the operator model does not time (data-parallel gradients, EP all-to-all, offloads) combine with the
+    GPU step under the system's overlap model: ``sum`` for a framework that reduces gradients after the
+    backward pass (Megatron-LM in 2021), ``max`` for one that overlaps them (FSDP, Megatron-Core)."""
+    base = price(ledger, system)
+    led, ph = ledger.phases[0], base.phases[0]
+    mb = float(st.microbatches)
+    ops = {c: float(t) * mb for c, t in st.per_microbatch.by_class().items()}
+    rate = system.device.peak_flops_for(ledger.compute_dtype) * system.eff.compute_at(led.gemm_rows)
+    exchange_s = led.flops.exchange / rate
+    compute = ResourceTime(
+        resource="compute",
+        kind="compute",
+        time_s=ops["gemm"] + ops["attention"] + exchange_s,
+        detail=f"{format_flops(led.flops.hardware)} in GEMM and attention kernels ({kernels})",
+    )
+    rest = [t for t in led.traffic if not t.purpose.startswith(OPERATOR_PRICED)]
+    unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
+    streams = [r.time_s for r in unpriced if r.kind == "link"]
+    busy = float(st.busy) + float(st.optimizer_s) + exchange_s
+    others = ph.resources[1:]
+    floor = max([compute.time_s, *(r.time_s for r in others)])
+    time_s = max(combine([busy + float(st.bubble_s), *streams], system.overlap, system.overlap_fraction), floor)
+    latency = ResourceTime(
+        resource=LAUNCH_LATENCY,
+        kind="latency",
+        time_s=max(busy - floor, 0.0),
+        detail="TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
+    )
+    parts = {
+        **ops,
+        "p2p": float(st.p2p_s) * mb,
+        "bubble": float(st.bubble_s),
+        "optimizer": float(st.optimizer_s),
+        "exchange": exchange_s,
+    }
+    operators = [
+        OperatorTime(operator=k, label=TRAINING_PARTS[k], time_s=t, share=t / time_s) for k, t in parts.items() if t > 0
+    ]
+    phase = ph.model_copy(
+        update={
+            "time_s": time_s,
+            "resources": [compute, *others, latency],
+            "bubble_s": float(st.bubble_s),
+            "dispatch_s": 0.0,
+            "operators": operators,
+        }
+    )
+    return base.model_copy(
+        update={
+            "phases": [phase],
+            "training": training_metrics(ledger, system, time_s),
+            "kernels": kernels,
+            "notes": notes,
+        }
+    )
+
+
+def pipeline_send_s(led: Ledger, system: System) -> float:
+    """Seconds of pipeline sends per micro-batch slot, from the ledger's PP traffic on its link."""
+    ph = led.phases[0]
+    pp = [t for t in ph.traffic if t.purpose.startswith("PP activations")]
+    if not pp or led.training is None:
+        return 0.0
+    links = resource_times(ph.model_copy(update={"traffic": pp}), system, led.compute_dtype)
+    return sum(x.time_s for x in links if x.kind == "link") / led.training.num_microbatches
+
+
+def optimizer_step_bytes(led: Ledger) -> float:
+    """Device-memory bytes of the optimizer step: states read and written, gradients read, weights written
+    (none when the optimizer runs on the host)."""
+    hbm = {i.category: i.bytes for i in led.memory if i.tier == "hbm"}
+    if "optimizer" not in hbm:
+        return 0.0
+    return 2.0 * hbm["optimizer"] + hbm.get("gradients", 0.0) + hbm.get("weights", 0.0)

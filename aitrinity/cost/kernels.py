@@ -28,7 +28,14 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from aitrinity.spec.hardware import BYTES_PER_DTYPE, KernelParams
+from aitrinity.spec.hardware import (
+    BYTES_PER_DTYPE,
+    AttentionParams,
+    CollectiveParams,
+    DeviceSpec,
+    GemmParams,
+    KernelParams,
+)
 
 Array = NDArray[np.float64]
 
@@ -250,3 +257,29 @@ class TableKernels:
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.fallback.elementwise(nbytes)
+
+
+def generic_params(dev: DeviceSpec) -> KernelParams:
+    """Compact parameters for a device whose catalog entry has none: its efficiency figures, a 5 µs launch
+    and its memory efficiency; an all-reduce at NVLink-class latency (an assumption, said in ``source``)."""
+    eff = dev.efficiency
+    gemm = GemmParams(efficiency=eff.compute, half_rows=eff.compute_half_rows, launch_s=5e-6)
+    return KernelParams(
+        source=f"generic: {dev.name}'s efficiency figures, 5 µs launches (no kernel tables derived)",
+        gemm={"bf16": gemm},
+        attention=AttentionParams(
+            prefill_efficiency=eff.compute * 0.6, decode_memory_efficiency=eff.memory, launch_s=5e-6
+        ),
+        all_reduce={n: CollectiveParams(latency_s=10e-6 * n / 2, bus_bandwidth_Bps=150e9) for n in (2, 4, 8)},
+        memory_efficiency=eff.memory,
+    )
+
+
+def roofline(dev: DeviceSpec) -> RooflineKernels:
+    params = dev.kernels or generic_params(dev)
+    return RooflineKernels(
+        {str(k): v for k, v in dev.peak_flops.items()},
+        dev.memory_bandwidth_Bps,
+        params,
+        f"roofline (catalog {dev.name})",
+    )

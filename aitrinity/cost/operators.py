@@ -93,7 +93,7 @@ class StepTimes:
         return {c: getattr(self, c) for c in OPERATOR_CLASSES}
 
 
-def _attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
+def attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
     """(query heads, KV heads, head dim) on one TP rank; MLA's latent cache is one 'KV head' of its rank."""
     if m.mla:
         c = m.mla
@@ -101,7 +101,7 @@ def _attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
     return max(m.num_attention_heads // tp, 1), max(m.kv_heads // tp, 1), m.dim_head
 
 
-def _mlp(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bool) -> Array:
+def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bool) -> Array:
     """The MLP of one layer on one rank: dense, or MoE (router, shared experts, touched routed experts)."""
     h, wd, tp = m.hidden_size, lay.weight_dtype, lay.tp
     gated = m.mlp == "gated"
@@ -132,7 +132,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     tokens = dec + nps * plen
     rows = np.maximum(tokens, 1.0)
     tp, wd, h = lay.tp, lay.weight_dtype, m.hidden_size
-    a, g, d = _attention_shape(m, tp)
+    a, g, d = attention_shape(m, tp)
     dv = m.v_head_dim if m.mla else d
 
     qkv = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd)
@@ -141,8 +141,8 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     attn = attn + np.where(
         nps > 0, k.prefill_attention(np.maximum(nps, 1.0), np.maximum(plen, 1.0), a, g, d, lay.kv_dtype), 0.0
     )
-    dense_mlp = _mlp(m, k, lay, rows, moe_layer=False)
-    moe_mlp = _mlp(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
+    dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
+    moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
     ar = k.all_reduce(act_bytes, tp)
     elem = 4.0 * k.elementwise(2.0 * act_bytes)  # 2 norms, residual adds, activation: ~4 memory passes

@@ -71,10 +71,20 @@ def layout(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Layout
     return Layout(plan.tp, plan.pp, dp, plan.ep, plan.micro_batch, job.global_batch // per_step)
 
 
+def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
+    """Layers ``[lo, hi)`` of pipeline stage ``stage``. An even split when ``pp`` divides the layers;
+    otherwise the extra layers go to the middle stages first, so the first stage (embedding) and the last
+    (LM head, loss) hold fewer: Llama 3's balance (Dubey et al. 2024, §3.3.2: 126 layers on 16 stages)."""
+    per, extra = divmod(num_layers, pp)
+    order = [*range(1, pp - 1), pp - 1, 0][:extra]  # which stages get one more layer
+    lo = sum(per + (s in order) for s in range(stage))
+    return lo, lo + per + (stage in order)
+
+
 def stage_layers(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
     """(dense layers, MoE layers) of pipeline stage ``stage``; MoE models put dense layers first."""
-    per = m.num_layers // pp
-    lo, hi = stage * per, (stage + 1) * per
+    lo, hi = stage_bounds(m.num_layers, pp, stage)
+    per = hi - lo
     first_moe = m.num_layers - m.num_moe_layers
     moe = max(0, hi - max(lo, first_moe))
     return per - moe, moe

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 
 from aitrinity.cost.diagnosis import ExchangeReport
-from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price
+from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price, price_training_ledger
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
@@ -118,9 +118,13 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
         assert w.serving is not None
         return serving_ledger(scenario.name, model, w.serving, p, s)
 
+    def estimate(p: Plan, s: System) -> Estimate:
+        led = build(p, s)
+        return price_training_ledger(led, model, p, s) if w.training is not None else price(led, s)
+
     without_plan = _without(plan, index)
     with_ledger = build(plan, system)
-    with_est, without_est = price(with_ledger, system), price(build(without_plan, system), system)
+    with_est, without_est = estimate(plan, system), estimate(without_plan, system)
     relieved = without_est.memory.used_bytes - with_est.memory.used_bytes
     channel = _channel(inf, x, with_ledger)
     t_without = _per_unit(without_est)
@@ -150,8 +154,8 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
 
     def gain(k: float) -> float:
         s = _scaled(system, channel, k)
-        a = _per_unit(price(build(plan, s), s))
-        b = _per_unit(price(build(without_plan, s), s))
+        a = _per_unit(estimate(plan, s))
+        b = _per_unit(estimate(without_plan, s))
         return a - b
 
     def pays(k: float) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aitrinity.cost.diagnosis import Diagnosis, diagnose
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import price, price_training_ledger
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.serving import serving_ledger
 from aitrinity.cost.training import training_ledger
@@ -263,13 +264,21 @@ def _training_plan(base: Plan, v: dict[str, Any]) -> Plan:
 
 
 def training_chain(
-    m: ModelSpec, job: TrainingJob, base: Plan, system: System, target: PlanChoice, start: Plan | None = None
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    system: System,
+    target: PlanChoice,
+    start: Plan | None = None,
+    kernels: Kernels | None = None,
 ) -> Chain:
-    """Greedy chain from ``start`` (default: the naive plan) to ``target``."""
+    """Greedy chain from ``start`` (default: the naive plan) to ``target``, priced as the planner prices."""
 
     def run(values: dict[str, Any]) -> _State | None:
         try:
-            d = diagnose(price(training_ledger("chain", m, job, _training_plan(base, values), system), system))
+            plan = _training_plan(base, values)
+            led = training_ledger("chain", m, job, plan, system)
+            d = diagnose(price_training_ledger(led, m, plan, system, kernels))
         except SpecError:
             return None
         return _state(values, d, _TRAINING)

@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import COMPRESSION, REASONS, RECOMPUTE, RESOURCES, Priced, Rows, price_rows
@@ -174,7 +175,14 @@ class _Table:
     priced: Priced
 
 
-def evaluate(m: ModelSpec, job: TrainingJob, base: Plan, system: System, space: Space = DEFAULT_SPACE) -> _Table:
+def evaluate(
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    system: System,
+    space: Space = DEFAULT_SPACE,
+    kernels: Kernels | None = None,
+) -> _Table:
     if job.seq_len > m.max_seq_len:  # the one job check the layout-independent scalar path makes first
         from aitrinity.errors import SpecError
 
@@ -182,7 +190,7 @@ def evaluate(m: ModelSpec, job: TrainingJob, base: Plan, system: System, space: 
     rows = _rows(system.host_memory is not None, space)
     tps, pps, parts = [], [], []
     for tp, pp in layouts(m, system, base.ep):
-        parts.append(price_rows(m, job, base, system, tp, pp, rows))
+        parts.append(price_rows(m, job, base, system, tp, pp, rows, kernels))
         tps.append(np.full(len(rows), tp))
         pps.append(np.full(len(rows), pp))
     if not parts:
@@ -261,10 +269,12 @@ def search_training(
     top: int = 5,
     space: Space = DEFAULT_SPACE,
     pareto: bool = True,
+    kernels: Kernels | None = None,
 ) -> SearchResult:
-    """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts)."""
+    """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts); ``kernels``
+    time a GPU's operators (default: the device's catalog roofline)."""
     start = time.perf_counter()
-    t = evaluate(m, job, base, system, space)
+    t = evaluate(m, job, base, system, space, kernels)
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)

@@ -23,7 +23,15 @@ from numpy.typing import NDArray
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, grad_sync
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_flops_per_query
+from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
+from aitrinity.cost.train_operators import (
+    TRAIN_OPERATOR_CLASSES,
+    ClassTimes,
+    MicroBatch,
+    schedule,
+    slowest_stage,
+)
 from aitrinity.cost.training import Layout, stage_layers, stage_params
 from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import GradientCompression
@@ -95,7 +103,15 @@ REASONS = (
     "sequence parallel needs tp > 1",
     "layers not divisible by pp x virtual stages",
 )
-RESOURCES = ("compute", "device-memory bandwidth", "intra-node link", "inter-node link", "host link", "host memory")
+RESOURCES = (
+    "compute",
+    "device-memory bandwidth",
+    "intra-node link",
+    "inter-node link",
+    "host link",
+    "host memory",
+    "operator launch / collective latency",
+)
 _CHANNELS = ("intra_node", "inter_node", "host", "host_dram")
 
 
@@ -191,8 +207,21 @@ def _layout(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: int,
     )
 
 
-def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: int, pp: int, rows: Rows) -> Priced:
-    """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, flash attention, optimizer."""
+def price_rows(
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    system: System,
+    tp: int,
+    pp: int,
+    rows: Rows,
+    kernels: Kernels | None = None,
+) -> Priced:
+    """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, flash attention, optimizer.
+
+    A GPU's step comes from the operator model (``kernels``, default the catalog roofline of the device),
+    as :func:`aitrinity.cost.estimate.estimate_training` prices one plan; other devices keep the phase
+    roofline of :func:`aitrinity.cost.estimate.price`."""
     L = _layout(m, job, base, system, tp, pp)
     n, t, p, d, e = len(rows), tp, pp, L.dp, base.ep
     s, h = job.seq_len, m.hidden_size
@@ -279,22 +308,33 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
     dpn = system.devices_per_node
     ch_bytes = {c: np.zeros(n) for c in _CHANNELS}
     ch_msgs = {c: np.zeros(n) for c in _CHANNELS}
+    timed = {c: (np.zeros(n), np.zeros(n)) for c in ("intra_node", "inter_node")}  # the operator model's own
 
-    def add(kind: coll.Collective, payload: F | float, group: int, times: F | float, stride: int) -> None:
+    def add(
+        kind: coll.Collective, payload: F | float, group: int, times: F | float, stride: int, ops: bool = False
+    ) -> None:
         if group <= 1 and kind != "p2p":
             return
         crosses = coll.crosses_nodes(stride, group if kind != "p2p" else 2, dpn) and system.inter_node_link
         c = "inter_node" if crosses else "intra_node"
-        ch_bytes[c] += times * coll.bytes_sent(kind, 1.0, group) * payload
-        ch_msgs[c] += times * coll.steps(kind, group)
+        nbytes, msgs = times * coll.bytes_sent(kind, 1.0, group) * payload, times * coll.steps(kind, group)
+        ch_bytes[c] += nbytes
+        ch_msgs[c] += msgs
+        if ops:
+            timed[c][0][:] += nbytes
+            timed[c][1][:] += msgs
 
     layers_peak = np.array([dl + ml for dl, ml in L.layers])[peak]
     moe_peak = np.array([ml for _, ml in L.layers])[peak]
     a_bytes = b * s * h * act
     extra = np.where(rec == 2, 2.0, 0.0)
-    add("all-reduce", a_bytes, t, layers_peak * mb * (4.0 + extra), 1)
+    add("all-reduce", a_bytes, t, layers_peak * mb * (4.0 + extra), 1, ops=True)
+    pp_bytes, pp_msgs = {c: np.zeros(n) for c in timed}, {c: np.zeros(n) for c in timed}
     if p > 1:
-        add("p2p", a_bytes / t, p, 2.0 * mb, t * d)
+        before = {c: (timed[c][0].copy(), timed[c][1].copy()) for c in timed}
+        add("p2p", a_bytes / t, p, 2.0 * mb, t * d, ops=True)
+        for c in timed:
+            pp_bytes[c], pp_msgs[c] = timed[c][0] - before[c][0], timed[c][1] - before[c][1]
     gather = np.array([L.sync[c].collective == "all-gather" for c in COMPRESSION])[comp]
     for params, group, stride in ((rep_peak, d, t), (exp_peak, d // e, t * e)):
         if not np.any(params > 0):
@@ -336,9 +376,37 @@ def price_rows(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: i
             continue
         spec = system.channel(c)
         times.append(ch_msgs[c] * spec.latency_s + ch_bytes[c] / spec.bandwidth_Bps)
-    bubble = (p - 1) / (mb * v) * times[0]
-    operators = mb * layers_peak * OPERATORS_PER_LAYER * (3.0 + (rec == 2))
-    step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
+    if kernels is None and system.device.kind == "gpu":
+        kernels = roofline(system.device)
+    if kernels is None:
+        bubble = (p - 1) / (mb * v) * times[0]
+        operators = mb * layers_peak * OPERATORS_PER_LAYER * (3.0 + (rec == 2))
+        step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
+    else:  # estimate.estimate_training / price_training, row-wise
+        # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
+        combos, inv = np.unique(rows.micro_batch * 6 + rec * 2 + sp, return_inverse=True)
+        ub = (combos // 6).astype(np.float64)
+        micro = MicroBatch(ub * s, ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype)
+        per_mb = slowest_stage(m, kernels, t, p, e, micro)
+        per_mb = ClassTimes(*(getattr(per_mb, c)[inv] for c in TRAIN_OPERATOR_CLASSES))
+        chan = {c: system.channel(c) for c in timed}
+        send = sum(pp_msgs[c] * chan[c].latency_s + pp_bytes[c] / chan[c].bandwidth_Bps for c in timed)
+        opt_bytes = np.where(off, 0.0, 2.0 * opt_peak + at_peak(stage_g) + at_peak(stage_w))
+        sched = schedule(per_mb, kernels, p, v, mb, send / mb, opt_bytes)
+        exchange_s = overhead / rate
+        ops_compute = mb * (sched.per_microbatch.gemm + sched.per_microbatch.attention) + exchange_s
+        streams = []
+        for i, c in enumerate(_CHANNELS):
+            if c in timed:
+                spec = system.channel(c)
+                rest_b, rest_m = ch_bytes[c] - timed[c][0], ch_msgs[c] - timed[c][1]
+                streams.append(rest_m * spec.latency_s + rest_b / spec.bandwidth_Bps)
+            else:
+                streams.append(times[2 + i])
+        busy = sched.busy + sched.optimizer_s + exchange_s
+        floor = np.max(np.stack([ops_compute, *times[1:]]), axis=0)
+        step = np.maximum(combine([busy + sched.bubble_s, *streams], system), floor)
+        times = [ops_compute, *times[1:], np.maximum(busy - floor, 0.0)]
 
     # --- feasibility, first failed constraint wins
     heavy = np.array([c in ("topk", "sign", "powersgd") for c in COMPRESSION])[comp]

@@ -292,11 +292,11 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
         raise SpecError("plan.tp", plan.tp, f"a divisor or multiple of num_kv_heads ({kv}) of {model.name}")
     if plan.pp > model.num_layers:
         raise SpecError("plan.pp", plan.pp, f"at most num_layers ({model.num_layers})")
-    if model.num_layers % (plan.pp * plan.virtual_stages):
-        raise SpecError(
-            "plan.pp",
-            plan.pp,
-            f"pp x virtual_stages dividing num_layers ({model.num_layers}) of {model.name}",
+    if model.num_layers < plan.pp * plan.virtual_stages:
+        raise SpecError(  # every model chunk of the interleaved schedule holds at least one layer
+            "plan.virtual_stages",
+            plan.virtual_stages,
+            f"at most num_layers / pp ({model.num_layers} / {plan.pp}) for {model.name}",
         )
     if n % (plan.tp * plan.pp):
         raise SpecError("system.num_devices", n, f"a multiple of tp x pp = {plan.tp * plan.pp}")

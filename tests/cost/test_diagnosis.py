@@ -28,6 +28,18 @@ def test_binding_resource_utilization_and_headroom():
     assert d.binding == ph.binding
 
 
+def test_headroom_of_an_operator_model_phase_removes_the_binding_time_in_series():
+    """The operator model runs its terms one after another: freeing compute removes its time and its
+    share of the pipeline bubble (a number of stage slots), not everything but the next resource."""
+    d = api.diagnose("llama-70b-training-h100")
+    [ph] = d.phases
+    est = d.estimate.phases[0]
+    assert est.operators and ph.binding == "compute"
+    compute = next(r.time_s for r in est.resources if r.resource == "compute")
+    scale = est.time_s / (est.time_s - est.bubble_s)
+    assert ph.time_if_free_s == pytest.approx(est.time_s - compute * scale)
+
+
 def test_capacity_binds_when_nothing_fits():
     d = api.diagnose("trillion-param-training")
     assert not d.capacity.fits

@@ -101,7 +101,8 @@ def test_moe_expert_parallel_all_to_all():
     [
         (Plan(tp=3), 12, None, "plan.tp"),  # 32 heads
         (Plan(tp=8, pp=2), 24, None, "system.num_devices"),  # 16 does not divide 24 devices
-        (Plan(pp=5), 10, None, "plan.pp"),  # 32 layers
+        (Plan(pp=5, virtual_stages=8), 10, None, "plan.virtual_stages"),  # 32 layers: 40 chunks
+        (Plan(pp=40), 40, None, "plan.pp"),  # more stages than layers
         (Plan(dp=4), 16, None, "plan.dp"),
         (Plan(ep=2), 16, None, "plan.ep"),  # dense model
         (Plan(sequence_parallel=True), 16, None, "plan.sequence_parallel"),
@@ -114,3 +115,22 @@ def test_impossible_configs_name_the_field(plan, n, job, field):
         _ledger(plan, n=n, job=job)
     assert e.value.field == field
     assert "\n" not in str(e.value)
+
+
+def test_uneven_pipeline_split_gives_the_middle_stages_the_extra_layers():
+    """Llama 3 (Dubey et al. 2024, §3.3.2): 126 layers on 16 stages, one fewer on the first and the last."""
+    from aitrinity.cost.training import stage_bounds
+
+    sizes = [hi - lo for lo, hi in (stage_bounds(126, 16, s) for s in range(16))]
+    assert sizes == [7] + [8] * 14 + [7]
+    assert [stage_bounds(96, 8, s) for s in range(8)] == [(12 * s, 12 * s + 12) for s in range(8)]
+    bounds = [stage_bounds(10, 3, s) for s in range(3)]
+    assert bounds == [(0, 3), (3, 7), (7, 10)]
+    led = training_ledger(
+        "t",
+        catalog.model("llama-3.1-405b"),
+        TrainingJob(seq_len=8192, global_batch=2048),
+        Plan(tp=8, pp=16, zero=1),
+        make_system(n=8192),
+    )
+    assert led.parallelism.pp == 16

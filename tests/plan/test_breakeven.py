@@ -3,7 +3,7 @@ import typing
 import pytest
 
 from aitrinity import api
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import price, price_training_ledger
 from aitrinity.plan.breakeven import _per_unit, _scaled, _without, report
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.spec import exchanges as ex
@@ -28,8 +28,9 @@ def _gain(r, index, channel, k):
 
     from aitrinity.cost.training import training_ledger
 
-    a = _per_unit(price(training_ledger("t", r.model, w, r.scenario.plan, s), s))
-    b = _per_unit(price(training_ledger("t", r.model, w, _without(r.scenario.plan, index), s), s))
+    with_, without = r.scenario.plan, _without(r.scenario.plan, index)
+    a = _per_unit(price_training_ledger(training_ledger("t", r.model, w, with_, s), r.model, with_, s))
+    b = _per_unit(price_training_ledger(training_ledger("t", r.model, w, without, s), r.model, without, s))
     return a - b
 
 
@@ -125,7 +126,11 @@ def test_thresholds_are_where_the_verdict_flips(name):
                 if w.training
                 else (lambda p: serving_ledger("s", r.model, w.serving, p, s))
             )
-            g = _per_unit(price(build(r.scenario.plan), s)) - _per_unit(price(build(_without(r.scenario.plan, i)), s))
+
+            def cost(p):  # priced as trinity diagnose prices it
+                return price_training_ledger(build(p), r.model, p, s) if w.training else price(build(p), s)
+
+            g = _per_unit(cost(r.scenario.plan)) - _per_unit(cost(_without(r.scenario.plan, i)))
             tol = 1e-6 * rep.time_per_unit_without_s
             return g < -tol if inf.rule == "faster" else g <= tol
 

@@ -27,7 +27,7 @@ def test_chain_ends_at_the_best_plan():
 
 def test_from_the_scenarios_own_plan_backs_out_with_the_reverse_pathway():
     ch = api.plan("llama-70b-training-h100", start="scenario").chain
-    reverse = [s for s in ch.steps if s.change.startswith("pipeline parallel 4 -> 1")]
+    reverse = [s for s in ch.steps if s.change.startswith("pipeline parallel 4 -> ")]
     assert reverse and reverse[0].pathway == "memory->bandwidth"
 
 

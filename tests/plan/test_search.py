@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from aitrinity import catalog
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import price_training_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.rows import pareto_indices, quantize
@@ -43,7 +43,7 @@ def _brute(m, job, base, system, space, objective):
                     "virtual_stages": int(r.virtual_stages[i]),
                 }
             )
-            est = price(training_ledger("b", m, job, plan, system), system)
+            est = price_training_ledger(training_ledger("b", m, job, plan, system), m, plan, system)
         except SpecError:
             out.append(None)
             continue
@@ -107,8 +107,8 @@ def test_every_returned_plan_is_feasible_under_the_scalar_model():
     res = search_training(m, job, Plan(), system, top=10)
     assert res.best is not None and res.feasible > 0
     for choice in [*res.top, *res.pareto]:
-        led = training_ledger("p", m, job, choice.plan(Plan()), system)
-        est = price(led, system)
+        plan = choice.plan(Plan())
+        est = price_training_ledger(training_ledger("p", m, job, plan, system), m, plan, system)
         assert est.memory.fits and all(x.fits for x in est.lower_tiers)
         assert est.training.step_time_s == pytest.approx(choice.step_time_s, rel=1e-9)
 

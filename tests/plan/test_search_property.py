@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aitrinity import catalog
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import price, price_training_ledger
 from aitrinity.cost.serving import serving_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.plan.search import Space, search_training
@@ -38,7 +38,8 @@ def test_training_plans_returned_are_feasible(name, n, device, host, seq, k):
     job = TrainingJob(seq_len=min(seq, m.max_seq_len), global_batch=n * k)
     res = search_training(m, job, Plan(), system, top=3, space=SMALL)
     for c in [*res.top, *res.pareto[:5]]:
-        est = price(training_ledger("p", m, job, c.plan(Plan()), system), system)
+        plan = c.plan(Plan())
+        est = price_training_ledger(training_ledger("p", m, job, plan, system), m, plan, system)
         assert _fits(est)
         assert abs(est.training.step_time_s / c.step_time_s - 1) < 1e-9
 

@@ -1,11 +1,14 @@
-"""The vectorized training pricer equals the scalar ledger + estimate on every configuration of small spaces."""
+"""The vectorized training pricer equals the scalar ledger + estimate on every configuration of small spaces:
+the operator model on GPUs (one step model, :func:`aitrinity.cost.estimate.estimate_training`), the phase
+roofline elsewhere."""
 
 import itertools
 
 import pytest
 
 from aitrinity import catalog
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import estimate_training, price
+from aitrinity.cost.kernels import roofline
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE, Rows, _plan_for, price_rows
@@ -49,11 +52,14 @@ def _rows():
     return Rows.from_grid(grid), grid
 
 
+@pytest.mark.parametrize("gpu", [True, False], ids=["operator-model", "roofline"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[3]}-pp{c[4]}")
-def test_every_row_matches_the_scalar_ledger(case):
+def test_every_row_matches_the_scalar_ledger(case, gpu):
     name, n, per_node, tp, pp, job, base, sys_kw = case
     m = catalog.model(name)
     system = make_system(n=n, per_node=per_node, **sys_kw)
+    if not gpu:  # the same device as another kind: priced by the phase roofline
+        system = system.model_copy(update={"device": system.device.model_copy(update={"kind": "accelerator"})})
     rows, grid = _rows()
     got = price_rows(m, job, base, system, tp, pp, rows)
     checked = 0
@@ -72,7 +78,7 @@ def test_every_row_matches_the_scalar_ledger(case):
         except SpecError:
             assert not got.feasible[i], (i, grid[i])
             continue
-        est = price(led, system)
+        est = estimate_training(led, m, plan, system, roofline(system.device), []) if gpu else price(led, system)
         assert got.step_time_s[i] == pytest.approx(est.training.step_time_s, rel=1e-9), grid[i]
         assert got.hbm_bytes[i] == pytest.approx(led.memory_bytes("hbm"), rel=1e-9), grid[i]
         assert got.host_bytes[i] == pytest.approx(led.memory_bytes("host"), rel=1e-9, abs=1e-6), grid[i]

@@ -1,0 +1,188 @@
+"""``trinity validate --training``: published large-scale training runs against the operator model.
+
+Each run is the published layout as a scenario -- model, GPUs, TP / PP / DP, batch, sequence, recompute,
+attention kernel, and whether gradients are reduced after the backward pass or overlapped with it --
+priced by :func:`aitrinity.api.diagnose`, and compared in the publication's own metric:
+
+* Megatron-LM (Narayanan et al. 2021, SC'21, Table 1 and §5.1): TFLOP/s per GPU counted with their
+  formula ``96·B·s·l·h²·(1 + s/6h + V/16lh)`` (eq. 3, which includes the recomputed forward);
+* Llama 3 (Dubey et al. 2024, Table 4): BF16 MFU, the model FLOPs with attention scores over peak.
+
+Nothing here is fitted to these numbers: the kernel times come from the catalog (or the measured tables
+with an engine named) and the layout from the papers; what a paper does not state is an assumption
+named in the run's ``assumed`` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aitrinity.cost.ledger import Result
+
+WITHIN = 0.10
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    name: str
+    source: str
+    device: str
+    gpus: int
+    model: str
+    seq_len: int
+    global_batch: int
+    plan: dict[str, object]
+    overlap: Literal["sum", "max"]
+    """``sum``: gradients reduced after the backward pass; ``max``: overlapped with it."""
+    metric: Literal["megatron_tflops", "mfu"]
+    published: float
+    assumed: tuple[str, ...] = field(default=())
+
+
+_MEGATRON = dict(micro_batch=1, recompute="full", flash_attention=False, zero=0, tp=8)
+RUNS: tuple[PublishedRun, ...] = (
+    PublishedRun(
+        "gpt-3 175b, 1,024 A100",
+        "Narayanan et al. 2021, §5.1 (140 TFLOP/s per GPU, the 1,024-GPU rate of Table 1)",
+        "a100-80gb-sxm",
+        1024,
+        "gpt-3-175b",
+        2048,
+        1536,
+        {**_MEGATRON, "pp": 8},
+        "sum",
+        "megatron_tflops",
+        140.0,
+        ("pp 8 (the paper gives tp 8 for its 1,024-GPU runs, not this run's pp)",),
+    ),
+    PublishedRun(
+        "megatron 1t, 3,072 A100",
+        "Narayanan et al. 2021, Table 1, last row (163 TFLOP/s per GPU)",
+        "a100-80gb-sxm",
+        3072,
+        "megatron-1t",
+        2048,
+        3072,
+        {**_MEGATRON, "pp": 64},
+        "sum",
+        "megatron_tflops",
+        163.0,
+    ),
+    PublishedRun(
+        "llama 3 405b, 8,192 H100",
+        "Dubey et al. 2024, Table 4, first row (43% BF16 MFU; tp 8, pp 16, dp 64)",
+        "h100-sxm",
+        8192,
+        "llama-3.1-405b",
+        8192,
+        2048,
+        {"tp": 8, "pp": 16, "micro_batch": 1, "recompute": "none", "zero": 2, "sequence_parallel": True},
+        "max",
+        "mfu",
+        0.43,
+        ("no interleaving (virtual stages not published)", "FSDP as ZeRO-2, overlapped"),
+    ),
+    PublishedRun(
+        "llama 3 405b, 16,384 H100",
+        "Dubey et al. 2024, Table 4, second row (41% BF16 MFU; tp 8, pp 16, dp 128)",
+        "h100-sxm",
+        16384,
+        "llama-3.1-405b",
+        8192,
+        2048,
+        {"tp": 8, "pp": 16, "micro_batch": 1, "recompute": "none", "zero": 2, "sequence_parallel": True},
+        "max",
+        "mfu",
+        0.41,
+        ("no interleaving (virtual stages not published)", "FSDP as ZeRO-2, overlapped"),
+    ),
+)
+
+
+class TrainingCheck(Result):
+    run: str
+    source: str
+    metric: str
+    published: float
+    predicted: float
+    error: float
+    """(predicted - published) / published."""
+    within: bool
+    step_time_s: float
+    kernels: str
+    fits: bool
+    assumed: list[str]
+
+
+def scenario(run: PublishedRun, engine: str = "generic") -> dict[str, object]:
+    """The run as a scenario document (what ``trinity diagnose`` reads from YAML)."""
+    return {
+        "name": run.name.replace(" ", "-").replace(",", ""),
+        "system": {
+            "device": run.device,
+            "num_devices": run.gpus,
+            "devices_per_node": 8,
+            "overlap": run.overlap,
+            "engine": engine,
+        },
+        "workload": {"model": run.model, "training": {"seq_len": run.seq_len, "global_batch": run.global_batch}},
+        "plan": dict(run.plan),
+    }
+
+
+def check(run: PublishedRun, engine: str = "generic") -> TrainingCheck:
+    from aitrinity import api
+    from aitrinity.cost.diagnosis import Diagnosis
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    sc = validate(Scenario, scenario(run, engine))
+    r = api.resolve(sc)
+    d = api.diagnose(sc)
+    assert isinstance(d, Diagnosis) and d.estimate.training is not None
+    t = d.estimate.training
+    if run.metric == "megatron_tflops":  # Narayanan et al. 2021, eq. 3
+        m = r.model
+        b, s, lay, h, v = run.global_batch, run.seq_len, m.num_layers, m.hidden_size, m.vocab_size
+        flops = 96.0 * b * s * lay * h * h * (1 + s / (6 * h) + v / (16 * lay * h))
+        predicted = flops / (t.step_time_s * run.gpus) / 1e12
+    else:
+        predicted = t.mfu
+    err = (predicted - run.published) / run.published
+    return TrainingCheck(
+        run=run.name,
+        source=run.source,
+        metric="TFLOP/s per GPU (Megatron's count)" if run.metric == "megatron_tflops" else "BF16 MFU",
+        published=run.published,
+        predicted=predicted,
+        error=err,
+        within=abs(err) <= WITHIN,
+        step_time_s=t.step_time_s,
+        kernels=d.estimate.kernels or "",
+        fits=d.capacity.fits,
+        assumed=list(run.assumed),
+    )
+
+
+def check_all(engine: str = "generic", runs: Sequence[PublishedRun] = RUNS) -> list[TrainingCheck]:
+    return [check(r, engine) for r in runs]
+
+
+def markdown(checks: Sequence[TrainingCheck]) -> str:
+    """The comparison as a Markdown table, with the assumptions under it."""
+    lines = [
+        "| run | metric | published | predicted | error | step | fits | kernels |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        fmt = "{:.1f}" if c.published > 1 else "{:.1%}"
+        mark = "" if c.within else " (over 10%)"
+        lines.append(
+            f"| {c.run} | {c.metric} | {fmt.format(c.published)} | {fmt.format(c.predicted)} | {c.error:+.1%}{mark} "
+            f"| {c.step_time_s:.2f} s | {'yes' if c.fits else 'no'} | {c.kernels} |"
+        )
+    lines.append("")
+    lines.extend(f"- {c.run}: {c.source}" + (f"; assumed: {'; '.join(c.assumed)}" if c.assumed else "") for c in checks)
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Published large-scale training runs against the operator model, with the catalog's kernel parameters
+(the default install; nothing fitted to these numbers).
+
+Sources: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", SC'21: Table 1 (1T on 3,072 A100 at 163 TFLOP/s per GPU) and §5.1 (GPT-3 175B on 1,024 A100
+at 140 TFLOP/s), both counted with their eq. 3; Dubey et al. 2024, "The Llama 3 Herd of Models", Table 4
+(405B on 8,192 H100 at 43% BF16 MFU). The issue's bar: each within 10%.
+"""
+
+import json
+
+import pytest
+
+from aitrinity import validate_training as vt
+from aitrinity.cli.main import main
+
+ASKED = ("gpt-3 175b, 1,024 A100", "megatron 1t, 3,072 A100", "llama 3 405b, 8,192 H100")
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return {c.run: c for c in vt.check_all()}
+
+
+@pytest.mark.parametrize("run", ASKED)
+def test_published_run_within_ten_percent(checks, run):
+    c = checks[run]
+    assert c.kernels.startswith("roofline (catalog")
+    assert abs(c.error) <= 0.10, (c.predicted, c.published)
+
+
+def test_more_gpus_at_the_same_batch_lower_mfu(checks):
+    # Table 4: 16,384 GPUs at the same 16M-token batch run fewer micro-batches per pipeline: lower MFU.
+    # The model's figure for that row is further off (-15%): its bubble depends on the interleaving
+    # depth, which the paper does not give (docs/silicon.md).
+    assert checks["llama 3 405b, 16,384 H100"].predicted < checks["llama 3 405b, 8,192 H100"].predicted
+
+
+def test_megatron_runs_are_priced_with_their_own_conventions():
+    gpt = vt.scenario(vt.RUNS[0])
+    assert gpt["system"]["overlap"] == "sum"  # gradients reduced after the backward pass
+    assert gpt["plan"]["recompute"] == "full" and gpt["plan"]["flash_attention"] is False
+
+
+def test_cli_prints_the_table_and_json(capsys):
+    assert main(["validate", "--training", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "megatron 1t, 3,072 A100" in out and "| run |" in out
+    assert main(["validate", "--training", "--quiet", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {d["run"] for d in data} >= set(ASKED)
+
+
+def test_cli_refuses_serving_and_training_together(capsys):
+    assert main(["validate", "--training", "--serving", "x.csv"]) == 2
+    assert "one of them" in capsys.readouterr().err
