@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from aitrinity.cli.args import count, number
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
+
+if TYPE_CHECKING:
+    from aitrinity.cost.kernels import Kernels
+    from aitrinity.sim.serving import ClosedLoop, OperatorStep, ServingSimResult
+    from aitrinity.spec.hardware import DeviceSpec
+    from aitrinity.spec.model import ModelSpec
 
 SCENARIOS = ("prefill-cluster", "serving", "diurnal-serving", "training-link", "edge-stream", "sweep")
 HELP = """scenarios:
@@ -61,7 +68,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seeds", default="0-2", help="sweep: seeds, as 0-4 or 0,3,7 (default 0-2)")
     p.add_argument("--workers", type=count(1, 1024), help="sweep: worker processes (default: the CPUs available)")
     p.add_argument(
-        "--instances", type=count(1, 10**5), default=16, help="prefill-cluster / serving: instances (default 16)"
+        "--instances",
+        type=count(1, 10**5),
+        help="prefill-cluster / serving: instances (default 16; serving --concurrency: 1)",
     )
     p.add_argument(
         "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
@@ -99,11 +108,34 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kv-link", default="ethernet-400g", help="serving: the prefill -> decode KV link (catalog link)")
     p.add_argument("--slo-ttft", default="2s", help="serving: TTFT objective for goodput (default 2s)")
     p.add_argument("--slo-tpot", default="100ms", help="serving: TPOT objective for goodput (default 100ms)")
+    p.add_argument(
+        "--concurrency",
+        type=count(1, 10**5),
+        help="serving: replay a fixed-concurrency benchmark (closed loop) instead of a trace",
+    )
+    p.add_argument("--isl", type=count(1, 10**7), default=1024, help="serving --concurrency: prompt tokens (1024)")
+    p.add_argument("--osl", type=count(1, 10**7), default=256, help="serving --concurrency: output tokens (256)")
+    p.add_argument(
+        "--requests", type=count(1, 10**7), help="serving --concurrency: requests in all (default 10 x concurrency)"
+    )
+    p.add_argument("--tp", type=count(1, 64), default=1, help="serving: GPUs per instance, tensor parallel (default 1)")
+    p.add_argument(
+        "--engine",
+        choices=("generic", "trtllm", "vllm", "sglang"),
+        help="serving: time iterations with the operator model and this engine's kernels and scheduling profile "
+        "(default with --concurrency: generic, the catalog's kernel parameters)",
+    )
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp4"), help="serving --engine: weights dtype")
+    p.add_argument(
+        "--token-budget", type=count(1, 10**7), default=8192, help="serving: tokens per iteration at most (8192)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.instances is None:
+        args.instances = 1 if args.concurrency else 16
     if args.scenario == "prefill-cluster":
         return _prefill(args)
     if args.scenario == "serving":
@@ -238,9 +270,16 @@ def _serving(args: argparse.Namespace) -> int:
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
     link = catalog.link(args.kv_link)
+    closed = _closed_loop(args)
+    step = _operator_step(args, m, d) if args.engine or closed else None
     cfg = for_device(
         d,
         args.instances,
+        hbm_bytes=d.memory_capacity_bytes * args.tp,
+        weights_dtype=args.dtype,
+        token_budget=args.token_budget,
+        max_batch=max(256, args.concurrency or 0),
+        step_time=step,
         prefill_instances=args.prefill_instances,
         kv_link_Bps=link.bandwidth_Bps * link.efficiency,
         kv_link_latency_s=link.latency_s,
@@ -250,18 +289,25 @@ def _serving(args: argparse.Namespace) -> int:
         slo_ttft_s=units.parse_time(args.slo_ttft),
         slo_tpot_s=units.parse_time(args.slo_tpot),
     )
-    reqs = traces.load(args.trace)
+    reqs = traces.load(args.trace) if closed is None else []
     progress = Progress(args.quiet)
-    progress.say(f"simulating {len(reqs):,} requests on {args.instances} x {args.device}")
+    n = len(reqs) if closed is None else closed.requests
+    progress.say(f"simulating {n:,} requests on {args.instances} x {args.tp} x {args.device}")
     try:
         r = simulate_serving(
-            reqs, m, cfg, seed=args.seed, progress=lambda n, total: progress.step(n, total, "requests")
+            reqs, m, cfg, seed=args.seed, progress=lambda k, total: progress.step(k, total, "requests"), closed=closed
         )
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
+    steady = _steady(args, m, d) if closed is not None else None
     if args.json:
-        print(dump(r.model_dump(mode="json")))
+        out = r.model_dump(mode="json")
+        if steady is not None:
+            out["analytic_steady_state"] = steady
+        print(dump(out))
         return 0
+    if closed is not None:
+        return _print_closed(args, r, steady or {})
     t = units.format_time
     layout = (
         f"{args.prefill_instances} prefill + {args.instances - args.prefill_instances} decode instances, KV over "
@@ -293,6 +339,68 @@ def _serving(args: argparse.Namespace) -> int:
     price = f"{units.format_money(r.cost_usd)} at the catalog price" if r.cost_usd is not None else "no catalog price"
     energy = f"{units.format_energy(r.energy_J)} at TDP while busy" if r.energy_J is not None else ""
     print(f"  run: {units.format_time(r.makespan_s)}; {price}; {energy}")
+    return 0
+
+
+def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:
+    from aitrinity.cost.concurrency import profile
+    from aitrinity.sim.serving import ClosedLoop
+
+    if args.concurrency is None:
+        return None
+    overhead = profile(args.engine or "generic").request_overhead_s
+    total = args.requests or 10 * args.concurrency
+    return ClosedLoop(args.concurrency, args.isl, args.osl, total, overhead)
+
+
+def _kernels(args: argparse.Namespace, d: DeviceSpec) -> Kernels:
+    from aitrinity import silicon
+
+    choice = silicon.kernels(d, args.engine or "generic")
+    if choice.note and not args.quiet:
+        print(f"trinity: {choice.note}", file=sys.stderr)
+    return choice.kernels
+
+
+def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> OperatorStep:
+    from aitrinity.cost.concurrency import profile
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import OperatorStep
+
+    prof = profile(args.engine or "generic")
+    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic")
+    return OperatorStep(m, _kernels(args, d), lay, prof.step_overhead_s)
+
+
+def _steady(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> dict[str, float]:
+    """The analytic steady state of the same benchmark (aitrinity.cost.concurrency), for comparison."""
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.operators import Layout
+
+    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic")
+    per_instance = args.concurrency / args.instances  # the router spreads clients evenly
+    ss = steady_state(m, _kernels(args, d), lay, per_instance, args.isl, args.osl)
+    rate = float(ss.output_tokens_per_s) * args.instances
+    return {"ttft_s": float(ss.ttft_s), "tpot_s": float(ss.tpot_s), "output_tokens_per_s": rate}
+
+
+def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[str, float]) -> int:
+    from aitrinity import units
+
+    t = units.format_time
+    print(
+        f"{args.concurrency} clients on {args.instances} instance(s) of {args.tp} x {args.device}, {args.model} "
+        f"({args.dtype}, {args.engine or 'generic'} kernels): {r.requests:,} requests of {args.isl} -> {args.osl} "
+        "tokens"
+    )
+    print(
+        f"  simulated: TTFT mean {t(r.ttft_s.mean)} (p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}), "
+        f"TPOT mean {t(r.tpot_s.mean)}, {r.output_tokens_per_s:,.0f} output tokens/s"
+    )
+    print(
+        f"  analytic steady state: TTFT {t(steady['ttft_s'])}, TPOT {t(steady['tpot_s'])}, "
+        f"{steady['output_tokens_per_s']:,.0f} output tokens/s"
+    )
     return 0
 
 

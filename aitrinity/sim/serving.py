@@ -50,14 +50,59 @@ from typing import Any
 
 from aitrinity.cost.block_index import BlockIndex
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.operators import Layout, StepShape, step_times
 from aitrinity.cost.params import count
 from aitrinity.sim.core import Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.traces import TraceRequest
+
+StepTime = Callable[[int, float, int, float], float]
+"""(decoding sequences, their mean context, prompt chunks, mean chunk tokens) -> seconds of one iteration."""
+
+
+@dataclass(frozen=True)
+class OperatorStep:
+    """An instance's iteration timed by the operator model (:func:`aitrinity.cost.operators.step_times`): a
+    TP group of ``layout.tp`` GPUs, its kernels, and the engine's host-side time per step."""
+
+    model: ModelSpec
+    kernels: Kernels
+    layout: Layout
+    step_overhead_s: float = 0.0
+    _memo: dict[tuple[int, int, int, int], float] = field(default_factory=dict, compare=False, repr=False)
+
+    CONTEXT_GRAIN = 32
+    """Mean contexts are rounded to this many tokens for the memo (a step's attention barely moves within it)."""
+
+    def __call__(self, decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+        g = self.CONTEXT_GRAIN
+        key = (decode, round(context / g), chunks, round(chunk_tokens))
+        hit = self._memo.get(key)
+        if hit is None:
+            shape = StepShape(decode, max(key[1] * g, 1.0), chunks, max(chunk_tokens, 1.0))
+            hit = float(step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total)
+            self._memo[key] = hit
+        return hit
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A fixed-concurrency benchmark: ``clients`` each send a request of ``prompt_tokens`` for
+    ``output_tokens`` and send the next when it completes, ``requests`` in all. Each request reaches the
+    engine some time after it is sent (HTTP, tokenization): exponential with mean ``request_overhead_s``,
+    seeded. That spread is what keeps equal-length clients from staying in lock-step waves after the
+    first round, as they do not in a real server."""
+
+    clients: int
+    prompt_tokens: int
+    output_tokens: int
+    requests: int
+    request_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +135,9 @@ class ServingConfig:
     cache_block_tokens: int = 512
     cache_load_Bps: float = 25e9
     cache_policy: str = "lru"
+    step_time: StepTime | None = None
+    """The iteration time of an instance from the operator model (:class:`OperatorStep`); None: the
+    roofline above."""
 
 
 def for_device(d: DeviceSpec, instances: int = 1, **kw: Any) -> ServingConfig:
@@ -187,8 +235,10 @@ def simulate_serving(
     *,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    closed: ClosedLoop | None = None,
 ) -> ServingSimResult:
-    """``progress(settled, total)``: requests finished or rejected so far, every 10,000 events and at the end."""
+    """``progress(settled, total)``: requests finished or rejected so far, every 10,000 events and at the end.
+    ``closed``: ignore ``requests`` and run that closed loop instead (:func:`simulate_closed_loop`)."""
     if cfg.instances < 1 or cfg.token_budget < 1 or cfg.max_batch < 1:
         raise ValueError("instances, token_budget and max_batch must be positive")
     if cfg.prefill_instances and not 0 < cfg.prefill_instances < cfg.instances:
@@ -327,10 +377,16 @@ def simulate_serving(
             inst.busy = False
             return
         tokens = len(decode) + sum(n for _, n in chunks)
-        flops = dense * tokens + sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
-        flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
-        nbytes = weights + kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
-        dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s + load_bytes / cfg.cache_load_Bps
+        if cfg.step_time is not None:
+            ctx = sum(r.kv_tokens for r in decode) / len(decode) if decode else 0.0
+            chunk = sum(n for _, n in chunks) / len(chunks) if chunks else 0.0
+            dt = cfg.step_time(len(decode), ctx, len(chunks), chunk) + load_bytes / cfg.cache_load_Bps
+        else:
+            flops = dense * tokens + sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
+            flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
+            nbytes = weights + kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
+            dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+            dt += load_bytes / cfg.cache_load_Bps
         reuse["loaded"] += load_bytes
         end = sim.now + dt
         inst.busy_s += dt
@@ -355,6 +411,8 @@ def simulate_serving(
             inst.running.remove(r)
             inst.kv_used -= r.reserved
             done.append(r)
+            if closed is not None and len(reqs) < closed.requests:  # its client sends the next one
+                send(end)
         if inst.role == "prefill":
             for r in [r for r in inst.running if r.prefilled == r.prompt]:
                 inst.running.remove(r)  # its KV stays reserved here until the transfer ends
@@ -370,14 +428,27 @@ def simulate_serving(
             max(t.output_length, 1),
             blocks=t.hash_ids,
         )
-        for k, t in enumerate(requests)
+        for k, t in enumerate(requests if closed is None else ())
     ]
     for r in reqs:
         sim.at(r.arrival, arrive, r)
 
+    def send(at: float) -> None:
+        """A closed-loop client sends a request at ``at``; it reaches the engine after the request overhead."""
+        assert closed is not None
+        o = max(closed.output_tokens, 1)
+        r = _Req(len(reqs), at, max(closed.prompt_tokens, 1), o, o)
+        reqs.append(r)
+        overhead = float(sim.rng.exponential(closed.request_overhead_s)) if closed.request_overhead_s > 0 else 0.0
+        sim.at(at + overhead, arrive, r)
+
+    if closed is not None:
+        for _ in range(min(closed.clients, closed.requests)):
+            send(0.0)
+
     def settled(_events: int) -> None:
         if progress is not None:
-            progress(len(done) + sum(rejected.values()), len(requests))
+            progress(len(done) + sum(rejected.values()), len(requests) if closed is None else closed.requests)
 
     sim.run(progress=settled if progress else None)
     settled(0)
@@ -421,3 +492,18 @@ def simulate_serving(
         cost_usd=cost,
         energy_J=energy,
     )
+
+
+def simulate_closed_loop(
+    m: ModelSpec,
+    cfg: ServingConfig,
+    loop: ClosedLoop,
+    *,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> ServingSimResult:
+    """Replay a fixed-concurrency benchmark (the protocol of :mod:`aitrinity.cost.concurrency`): TTFT is
+    measured from when a client sends, so it includes the request overhead."""
+    if loop.clients < 1 or loop.requests < 1:
+        raise ValueError("clients and requests must be positive")
+    return simulate_serving((), m, cfg, seed=seed, progress=progress, closed=loop)

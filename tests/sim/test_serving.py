@@ -146,3 +146,45 @@ def test_conservation_with_a_prefix_cache(seed, cache, kv):
     assert r.finished + sum(r.rejected.values()) == r.requests
     assert all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)
     assert 0 <= r.prefix_token_hit_rate <= 1
+
+
+def _fixed_step(decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+    """A step model whose time is known: 1 ms per decode, 10 µs per prompt token, 2 ms fixed."""
+    return 0.002 + 0.001 * decode + 1e-5 * chunks * chunk_tokens
+
+
+def test_closed_loop_keeps_its_clients_busy_and_finishes_every_request():
+    from aitrinity.sim.serving import ClosedLoop, simulate_closed_loop
+
+    cfg = config(100_000, instances=1, step_time=_fixed_step, token_budget=4096)
+    r = simulate_closed_loop(M, cfg, ClosedLoop(clients=4, prompt_tokens=100, output_tokens=20, requests=40))
+    assert r.requests == r.finished == 40 and r.rejected == {}
+    # one client alone, no overhead: its prompt's step (2 ms + 1 ms of prompt), then 19 decode steps of 3 ms
+    one = simulate_closed_loop(M, cfg, ClosedLoop(clients=1, prompt_tokens=100, output_tokens=20, requests=3))
+    assert one.ttft_s.mean == pytest.approx(0.003)
+    assert one.tpot_s.mean == pytest.approx(0.003)
+    assert one.makespan_s == pytest.approx(3 * (0.003 + 19 * 0.003))  # the next request starts when one ends
+
+
+def test_closed_loop_request_overhead_is_seeded_and_adds_to_ttft():
+    from aitrinity.sim.serving import ClosedLoop, simulate_closed_loop
+
+    cfg = config(100_000, instances=1, step_time=_fixed_step)
+    loop = ClosedLoop(clients=2, prompt_tokens=50, output_tokens=10, requests=30, request_overhead_s=0.05)
+    a, b = simulate_closed_loop(M, cfg, loop, seed=1), simulate_closed_loop(M, cfg, loop, seed=1)
+    assert a == b
+    bare = simulate_closed_loop(M, cfg, ClosedLoop(2, 50, 10, 30))
+    assert a.ttft_s.mean > bare.ttft_s.mean + 0.02  # about the 50 ms mean overhead
+
+
+def test_operator_step_memo_matches_the_operator_model():
+    from aitrinity import catalog
+    from aitrinity.cost.kernels import roofline
+    from aitrinity.cost.operators import Layout, StepShape, step_times
+    from aitrinity.sim.serving import OperatorStep
+
+    m, k = catalog.model("llama-3.1-8b"), roofline(catalog.device("h100-sxm"))
+    step = OperatorStep(m, k, Layout(tp=2), 1e-3)
+    want = float(step_times(m, k, Layout(tp=2), StepShape(16, 1024, 1, 512), 1e-3).total)
+    assert step(16, 1024.0, 1, 512.0) == pytest.approx(want)
+    assert step(16, 1030.0, 1, 512.0) == step(16, 1024.0, 1, 512.0)  # contexts within the memo grain share
