@@ -106,7 +106,7 @@ def replayed_hit_rate(path: Path, capacity_tokens: int | None, block_tokens: int
 
 @lru_cache(maxsize=256)
 def _replay_memo(path: str, size: int, mtime_ns: int, capacity_tokens: int | None, block_tokens: int) -> float:
-    from aitrinity import traces
+    from aitrinity.catalog import traces
     from aitrinity.cost.prefix_reuse import replay
 
     return replay(traces.load(path), capacity_tokens, block_tokens).token_hit_rate

@@ -16,6 +16,7 @@ from pathlib import Path
 from aitrinity import catalog, units
 from aitrinity import overrides as ov
 from aitrinity.catalog.loader import is_file
+from aitrinity.catalog.traces import load_link_trace
 from aitrinity.cost.dnn import LayerTable, layer_table
 from aitrinity.cost.edge import Choices, Processor, SplitOption, Uplink, split_options
 from aitrinity.errors import SpecError, UnitError, UnknownNameError
@@ -23,7 +24,6 @@ from aitrinity.plan.split import EdgeDiagnosis, EdgePlanReport, diagnose_split, 
 from aitrinity.spec._base import validate
 from aitrinity.spec.edge import EdgeScenario
 from aitrinity.spec.hardware import DeviceSpec
-from aitrinity.traces import LinkTrace
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def resolve(s: EdgeScenario, base: Path | None = None, overrides: Sequence[str] 
         path = Path(s.workload.edge.bandwidth_trace)
         if base is not None and not path.is_absolute() and is_file(base / path):
             path = base / path
-        lt = LinkTrace.load(path)
+        lt = load_link_trace(path)
         trace = tuple(zip(lt.times_s, lt.bandwidth_Bps, strict=True))
     return EdgeInputs(
         scenario=s,

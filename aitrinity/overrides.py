@@ -5,7 +5,7 @@ Keys are either
 * scenario fields as dotted paths, validated exactly like the file itself:
   ``system.num_devices=512``, ``plan.tp=4``, ``workload.serving.batch=32``,
   ``system.inter_node_link=ethernet-100g``;
-* quantities of the resolved hardware (:data:`QUANTITIES`): ``inter_node_bandwidth``,
+* quantities of the resolved hardware (:data:`aitrinity.spec.quantities.QUANTITIES`): ``inter_node_bandwidth``,
   ``intra_node_bandwidth``, ``host_bandwidth``, ``hbm_bandwidth`` (e.g.
   ``100Gbit/s``), ``hbm_capacity`` (``141GiB``), ``host_capacity``, ``price``
   (``$3.50/h`` per device), ``power`` (``700W``) and ``flops`` (relative only).
@@ -21,7 +21,7 @@ Values are read as YAML scalars (``4`` is a number, ``true`` a boolean).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,10 @@ import yaml
 
 from aitrinity import units
 from aitrinity.errors import SpecError, UnitError
+from aitrinity.spec.quantities import QUANTITIES, checked, scale
 from aitrinity.spec.scenario import System
+
+__all__ = ["QUANTITIES", "Override", "apply_fields", "apply_hardware", "parse", "relative", "scale", "split"]
 
 SECTIONS = ("name", "description", "system", "workload", "plan")
 
@@ -70,98 +73,6 @@ def _expand(o: Override) -> Override:
     return o
 
 
-@dataclass(frozen=True)
-class HardwareQuantity:
-    """One resolved-hardware quantity a what-if can set: how to read it, write it and parse a value."""
-
-    key: str
-    title: str
-    get: Callable[[System], float | None]
-    put: Callable[[System, float], System]
-    parse: Callable[[str], float] | None
-    """None: the quantity takes only relative values (``flops=x1.2``)."""
-    resource: bool = True
-    """A resource whose elasticity the hardware what-if measures (price and power are not)."""
-
-
-def _link(field: str) -> tuple[Callable[[System], float | None], Callable[[System, float], System]]:
-    def get(system: System) -> float | None:
-        link = getattr(system, field)
-        return None if link is None else float(link.bandwidth_Bps)
-
-    def put(system: System, value: float) -> System:
-        link = getattr(system, field)
-        if link is None:
-            raise SpecError(f"system.{field}", None, "a link to override (this system has none)")
-        return system.model_copy(update={field: link.model_copy(update={"bandwidth_Bps": value})})
-
-    return get, put
-
-
-def _device(field: str) -> tuple[Callable[[System], float | None], Callable[[System, float], System]]:
-    def get(system: System) -> float | None:
-        return float(getattr(system.device, field))
-
-    def put(system: System, value: float) -> System:
-        return system.model_copy(update={"device": system.device.model_copy(update={field: value})})
-
-    return get, put
-
-
-def _host_capacity_get(system: System) -> float | None:
-    return None if system.host_memory is None else float(system.host_memory.capacity_bytes)
-
-
-def _host_capacity_put(system: System, value: float) -> System:
-    if system.host_memory is None:
-        raise SpecError("system.host_memory", None, "a host memory tier to override (this system has none)")
-    return system.model_copy(update={"host_memory": system.host_memory.model_copy(update={"capacity_bytes": value})})
-
-
-def _flops_get(system: System) -> float | None:
-    return 1.0  # a factor on every dtype's peak: relative values only
-
-
-def _flops_put(system: System, factor: float) -> System:
-    flops = {dt: f * factor for dt, f in system.device.peak_flops.items()}
-    return system.model_copy(update={"device": system.device.model_copy(update={"peak_flops": flops})})
-
-
-def _price_get(system: System) -> float | None:
-    return system.price_per_hour_usd
-
-
-def _power_get(system: System) -> float | None:
-    return system.power_W
-
-
-def _price_put(system: System, value: float) -> System:
-    return system.model_copy(update={"price_per_device_hour": value})
-
-
-def _power_put(system: System, value: float) -> System:
-    return system.model_copy(update={"power_per_device_W": value})
-
-
-_Q = HardwareQuantity
-_BW, _BYTES = units.parse_bandwidth, units.parse_bytes
-QUANTITIES: dict[str, HardwareQuantity] = {
-    q.key: q
-    for q in [
-        _Q("flops", "compute (peak FLOP/s)", _flops_get, _flops_put, None),
-        _Q("hbm_bandwidth", "device memory bandwidth", *_device("memory_bandwidth_Bps"), _BW),
-        _Q("hbm_capacity", "device memory capacity", *_device("memory_capacity_bytes"), _BYTES),
-        _Q("intra_node_bandwidth", "intra-node link bandwidth", *_link("intra_node_link"), _BW),
-        _Q("inter_node_bandwidth", "inter-node link bandwidth", *_link("inter_node_link"), _BW),
-        _Q("host_bandwidth", "host link bandwidth", *_link("host_link"), _BW),
-        _Q("host_capacity", "host memory capacity", _host_capacity_get, _host_capacity_put, _BYTES),
-        _Q("price", "price per device-hour", _price_get, _price_put, units.parse_price_per_hour, False),
-        _Q("power", "power per device", _power_get, _power_put, units.parse_power, False),
-    ]
-}
-"""Hardware quantities ``--set`` and design edits accept; ``flops_scale=K`` is ``flops=xK``."""
-
-
 def relative(value: str, key: str = "--set") -> float | None:
     """The factor a relative value means: ``x0.5`` / ``*0.5`` / ``×0.5`` -> 0.5, ``+50%`` -> 1.5; else None."""
     v = value.strip().replace(" ", "")
@@ -179,23 +90,6 @@ def relative(value: str, key: str = "--set") -> float | None:
     return k
 
 
-def _checked(key: str, text: object, v: float) -> float:
-    """A hardware quantity must stay finite and positive (a price may be zero): the one check for all of them."""
-    ok = math.isfinite(v) and (v >= 0 if key == "price" else v > 0)
-    if not ok:
-        raise SpecError(key, text, "a finite, positive quantity" + (" (or zero)" if key == "price" else ""))
-    return v
-
-
-def scale(system: System, key: str, factor: float) -> System:
-    """``system`` with one quantity multiplied by ``factor``."""
-    q = QUANTITIES[key]
-    current = q.get(system)
-    if current is None:
-        raise SpecError(key, None, f"a system with a {q.title} to change (this one has none)")
-    return q.put(system, _checked(key, f"x{factor:g}", current * factor))
-
-
 def set_quantity(system: System, key: str, value: str) -> System:
     """``system`` with one quantity set to an absolute or relative ``value``."""
     factor = relative(value, key)
@@ -204,7 +98,7 @@ def set_quantity(system: System, key: str, value: str) -> System:
     q = QUANTITIES[key]
     if q.parse is None:
         raise SpecError(key, value, "a relative value such as x1.5 or +20%")
-    return q.put(system, _checked(key, value, q.parse(value)))
+    return q.put(system, checked(key, value, q.parse(value)))
 
 
 def _hardware_key(key: str) -> str | None:

@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from aitrinity import catalog, traces
+from aitrinity import catalog
+from aitrinity.catalog import traces
 from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -37,20 +38,20 @@ TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake_conv
 def adaptive(as_json: bool, seeds: list[int]) -> list[dict[str, object]]:
     from aitrinity import api
     from aitrinity.catalog.loader import DATA
+    from aitrinity.catalog.traces import load_link_trace
     from aitrinity.edge import resolve
     from aitrinity.sim.autoscale import Autoscale, compare_autoscale, table
     from aitrinity.sim.edge import compare_edge
     from aitrinity.sim.serving import for_device
     from aitrinity.sim.training import DEGRADING, TrainingJob, compare
     from aitrinity.sim.workload import diurnal_chat, generate
-    from aitrinity.traces import LinkTrace
 
     m, l4 = catalog.model("llama-3.1-8b"), catalog.device("l4")
     serving = for_device(l4)
     day, every = diurnal_chat(9600), Autoscale(period_s=240)
     scenario, base = api.load("camera-analytics-edge")
     options = resolve(scenario, base).options()  # type: ignore[arg-type]
-    uplink = LinkTrace.load(DATA / "traces" / "uplink-swing.csv")
+    uplink = load_link_trace(DATA / "traces" / "uplink-swing.csv")
     rows: list[dict[str, object]] = []
     for seed in seeds:
         systems = {

@@ -24,10 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "docs" / "tutorials"
 BLOCK = re.compile(r"^```(console|console-measured)\n(.*?)^```\n", re.S | re.M)
-VOLATILE = [
-    (re.compile(r"evaluated in [\d.,]+ [µmn]?s \([\d,]+/s\)"), "evaluated in <time> (<rate>)"),
-]
-"""Wall-clock figures inside otherwise deterministic output (the planner's own speed): masked when checking."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +77,6 @@ def update(path: Path, measured: bool) -> str:
     return "".join(out)
 
 
-def mask(text: str) -> str:
-    for pattern, placeholder in VOLATILE:
-        text = pattern.sub(placeholder, text)
-    return text
-
-
 def check(path: Path) -> list[str]:
     """One unified diff per deterministic step whose output changed."""
     problems = []
@@ -94,7 +84,7 @@ def check(path: Path) -> list[str]:
         if kind != "console":
             continue
         for s in steps(m.group(2)):
-            got, want = mask(run(s.command)), mask(s.output)
+            got, want = run(s.command), s.output
             if got != want:
                 diff = difflib.unified_diff(want.splitlines(), got.splitlines(), "documented", "now", lineterm="", n=1)
                 problems.append(f"{path.name}: $ {s.command}\n" + "\n".join(diff))

@@ -107,7 +107,8 @@ def _tiers(text: str, block: int, block_bytes: int) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aitrinity import catalog, traces
+    from aitrinity import catalog
+    from aitrinity.catalog import traces
     from aitrinity.plan.kv_capacity import TierInput, block_bytes, kv_plan, kv_replay
 
     if args.block <= 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -17,6 +18,7 @@ from aitrinity.cli.args import output_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError, TrinityError
+from aitrinity.units import format_time
 
 EXIT_USAGE = 2
 
@@ -139,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what-if change, as for diagnose",
     )
     pl.add_argument("--json", action="store_true")
+    pl.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
     ex = sub.add_parser(
         "explain",
@@ -157,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--from", dest="start", default="naive", choices=["naive", "scenario"])
     ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     ex.add_argument("--json", action="store_true")
+    ex.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
     from aitrinity.cli import kv
 
@@ -265,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     hc.add_argument("--refine", type=int, default=2, help="bisection steps locating plan switches (default 2)")
     hc.add_argument("--quiet", action="store_true", help="no progress on stderr")
     hc.add_argument("--json", action="store_true")
+    hc.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
@@ -351,7 +356,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         else:
             print(render.sweep(key, points))
         return 0
+    start = time.perf_counter()
     rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start, args.slo_ttft, args.slo_tpot)
+    took = time.perf_counter() - start
+    if args.timings and not isinstance(rep, EdgePlanReport):  # on stderr: the result itself is deterministic
+        n = rep.search.evaluated
+        print(f"trinity: {n:,} plans in {format_time(took)} ({n / took:,.0f}/s)", file=sys.stderr)
     if args.json:
         print(dump(rep.model_dump(mode="json")))
     elif isinstance(rep, EdgePlanReport):
@@ -484,9 +494,12 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         progress.say(f"planning {msg}")
 
+    start = time.perf_counter()
     result = compare_hardware(
         args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say
     )
+    if args.timings:
+        print(f"trinity: {result.replans} re-plans in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     print(dump(result.model_dump(mode="json")) if args.json else render.hardware(result))
     return 0
 

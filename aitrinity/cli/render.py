@@ -47,7 +47,7 @@ def diagnosis(d: Diagnosis) -> str:
     ]
     for ph in d.phases:
         pe = est.phase(ph.phase)
-        lines.append(f"{ph.phase}: {format_time(ph.time_s)}, bound by {ph.binding}")
+        lines.append(f"{ph.phase}: {format_time(ph.time_s)}, bound by {ph.binding_label}")
         rows = [["resource", "time", "util", "detail"]]
         for u, r in zip(ph.uses, pe.resources, strict=True):
             rows.append([u.resource, format_time(u.time_s), f"{u.utilization:.0%}", r.detail])
@@ -221,10 +221,7 @@ def chain(ch: Any) -> str:
 
 def plan(rep: Any) -> str:
     s = rep.search
-    lines = [
-        f"== {rep.scenario}: {s.evaluated:,} plans evaluated in {format_time(s.elapsed_s)} "
-        f"({s.configs_per_s:,.0f}/s), {s.feasible:,} feasible; objective: {s.objective}"
-    ]
+    lines = [f"== {rep.scenario}: {s.evaluated:,} plans evaluated, {s.feasible:,} feasible; objective: {s.objective}"]
     if s.infeasible:
         lines.append("infeasible: " + ", ".join(f"{r.count:,} {r.reason}" for r in s.infeasible))
     if s.best is None:
@@ -307,7 +304,7 @@ def hardware(c: Any) -> str:
     """``trinity hardware compare``: per-workload results, elasticities, scores and the design frontier."""
     lines = [
         f"Suite {c.suite}, objective {c.objective} ({c.unit}); elasticities at +{c.step:.0%} of each resource, "
-        f"retention at x{c.constraint:g}; every number a full re-plan ({c.replans} re-plans, {c.elapsed_s:.1f} s).",
+        f"retention at x{c.constraint:g}; every number a full re-plan ({c.replans} re-plans).",
         "",
     ]
     base = c.designs[0]

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from aitrinity.catalog.loader import is_file
+from aitrinity.catalog.traces import CONVERSATION_TRACE, conversation_trace
 from aitrinity.cli.args import output_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
-from aitrinity.traces import CONVERSATION_TRACE, conversation_trace
 
 HELP = f"""examples:
   trinity report -o report.html                     every built-in example (what the README's first command runs)
@@ -20,8 +20,8 @@ HELP = f"""examples:
   trinity report --json > report.json               the report's numbers, no HTML unless -o is given
 
 The page has no script and loads nothing: it opens offline and prints. Each chart's numbers
-are in the table under it. The hit-rate curve replays --trace (default: {CONVERSATION_TRACE}
-when it exists, as in a checkout of this repository).
+are in the table under it. The hit-rate curve replays --trace (default: the built-in Mooncake
+conversation trace, {CONVERSATION_TRACE.name}).
 """
 
 
@@ -39,7 +39,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default report.html)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="what-if change")
     p.add_argument(
-        "--trace", metavar="FILE", help=f"request trace for the hit-rate curve (default {CONVERSATION_TRACE})"
+        "--trace",
+        metavar="FILE",
+        help=f"request trace for the hit-rate curve (default: the built-in {CONVERSATION_TRACE.name})",
     )
     p.add_argument("--no-simulate", dest="simulate", action="store_false", help="leave the simulation out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     say = Progress(args.quiet).say
 
     trace = Path(args.trace) if args.trace else conversation_trace()
-    if trace is not None and not is_file(trace):
+    if not is_file(trace):
         raise SpecError("--trace", args.trace, "an existing request trace file (Mooncake JSONL)")
     refs = args.scenarios or api.builtin_scenarios()
     for ref in refs:  # a wrong name fails now, before minutes of work

@@ -127,7 +127,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp4"), help="serving --engine: weights dtype")
     p.add_argument(
-        "--token-budget", type=count(1, 10**7), default=8192, help="serving: tokens per iteration at most (8192)"
+        "--token-budget", type=count(1, 10**7), default=2048, help="serving: tokens per iteration at most (2048)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
@@ -164,7 +164,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from aitrinity.sim import sweep
+    from aitrinity import sweep
 
     scenarios = [s.strip() for s in args.sweep.split(",") if s.strip()]
     for s in scenarios:
@@ -204,17 +204,18 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _edge(args: argparse.Namespace) -> int:
     from aitrinity import api, units
+    from aitrinity.catalog.traces import load_link_trace
     from aitrinity.edge import resolve
     from aitrinity.sim.edge import EdgeStream, compare_edge, simulate_edge
     from aitrinity.spec.edge import EdgeScenario
-    from aitrinity.traces import LinkTrace
+    from aitrinity.spec.traces import LinkTrace
 
     s, base = api.load(args.edge)
     if not isinstance(s, EdgeScenario):
         raise SpecError("--edge", args.edge, "an edge scenario (its workload has an 'edge' job)")
     inp = resolve(s, base)
     if args.trace:
-        link = LinkTrace.load(args.trace)
+        link = load_link_trace(args.trace)
     elif inp.trace:
         link = LinkTrace(tuple(t for t, _ in inp.trace), tuple(b for _, b in inp.trace))
     else:
@@ -248,21 +249,22 @@ def _edge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_trace(scenario: str) -> str:
-    """The conversation trace of this checkout when no --trace is given (a one-line error when absent)."""
-    from aitrinity.traces import conversation_trace
+def _trace(args: argparse.Namespace) -> tuple[str, str]:
+    """(path, label) of the request trace: ``--trace``, else the built-in conversation trace."""
+    from aitrinity.catalog.traces import conversation_trace
 
+    if args.trace:
+        return args.trace, args.trace
     found = conversation_trace()
-    if found is None:
-        raise SpecError("--trace", None, f"a request trace (JSONL) for {scenario}")
-    return str(found)
+    return str(found), f"{found.name} (built in)"
 
 
 def _serving(args: argparse.Namespace) -> int:
-    from aitrinity import catalog, traces, units
+    from aitrinity import catalog, units
+    from aitrinity.catalog import traces
     from aitrinity.sim.serving import for_device, simulate_serving
 
-    args.trace = args.trace or _default_trace("serving")
+    trace, label = _trace(args)
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
     args.model, args.device = args.model or "llama-3.1-8b", args.device or "h100-sxm"  # one device per instance
@@ -289,7 +291,7 @@ def _serving(args: argparse.Namespace) -> int:
         slo_ttft_s=units.parse_time(args.slo_ttft),
         slo_tpot_s=units.parse_time(args.slo_tpot),
     )
-    reqs = traces.load(args.trace) if closed is None else []
+    reqs = traces.load(trace) if closed is None else []
     progress = Progress(args.quiet)
     n = len(reqs) if closed is None else closed.requests
     progress.say(f"simulating {n:,} requests on {args.instances} x {args.tp} x {args.device}")
@@ -316,7 +318,7 @@ def _serving(args: argparse.Namespace) -> int:
         else f"{args.instances} instances"
     )
     print(
-        f"{args.trace}: {r.requests:,} requests on {layout} ({args.device}) serving {args.model}; "
+        f"{label}: {r.requests:,} requests on {layout} ({args.device}) serving {args.model}; "
         f"KV room {r.kv_capacity_tokens:,} tokens per instance"
     )
     why = "".join(f" ({k}: {v:,})" for k, v in r.rejected.items())
@@ -452,10 +454,11 @@ def _say(args: argparse.Namespace, msg: str) -> None:
 
 
 def _prefill(args: argparse.Namespace) -> int:
-    from aitrinity import catalog, traces, units
+    from aitrinity import catalog, units
+    from aitrinity.catalog import traces
     from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
 
-    args.trace = args.trace or _default_trace("prefill-cluster")
+    trace, label = _trace(args)
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
     caches = [c.strip() for c in args.cache.replace("both", "local,global").split(",") if c.strip()]
@@ -464,7 +467,7 @@ def _prefill(args: argparse.Namespace) -> int:
     args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"
     m, d = catalog.model(args.model), catalog.device(args.device)
     capacity = int(units.parse_count(args.capacity))
-    reqs = traces.load(args.trace)
+    reqs = traces.load(trace)
     results = []
     for c in caches:
         cfg = ClusterConfig(
@@ -480,7 +483,7 @@ def _prefill(args: argparse.Namespace) -> int:
         print(dump([r.model_dump(mode="json") for r in results]))
         return 0
     print(
-        f"{args.trace}: {len(reqs):,} requests, {args.instances} prefill instances ({args.model}, 8 x {args.device}"
+        f"{label}: {len(reqs):,} requests, {args.instances} prefill instances ({args.model}, 8 x {args.device}"
         f" each), {capacity:,} cache tokens in all"
     )
     print(
@@ -498,12 +501,12 @@ def _prefill(args: argparse.Namespace) -> int:
 
 def _training(args: argparse.Namespace) -> int:
     from aitrinity import units
+    from aitrinity.catalog.traces import load_link_trace
     from aitrinity.sim.training import DEGRADING, TrainingJob, compare
-    from aitrinity.traces import LinkTrace
 
     if args.steps < 1 or args.period < 1:
         raise SpecError("--steps/--period", f"{args.steps}/{args.period}", "positive numbers")
-    link = LinkTrace.load(args.trace) if args.trace else DEGRADING
+    link = load_link_trace(args.trace) if args.trace else DEGRADING
     job = TrainingJob(steps=args.steps)
     policies = None if args.policy == "all" else [p.strip() for p in args.policy.split(",") if p.strip()]
     _say(args, f"simulating {args.steps} steps under {len(policies) if policies else len(job.methods) + 2} policies")

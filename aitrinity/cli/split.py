@@ -11,7 +11,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from aitrinity.catalog.loader import is_file
 from aitrinity.cli.jsonout import dump
 from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
@@ -46,7 +45,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--trace",
         help="bandwidth trace (time_s, Mbit/s) the pacing follows "
-        "(default: data/traces/uplink-fast-slow.csv when neither --rate nor --link is given)",
+        "(default: the built-in uplink-fast-slow.csv when neither --rate nor --link is given)",
     )
     p.add_argument("--trace-speedup", type=float, default=1.0, help="play the trace this much faster (default 1)")
     p.add_argument("--link", help="run inside a namespace shaped with tc tbf: 1mbit, 8mbit, ... (root only)")
@@ -79,15 +78,13 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
             raise SpecError("--policy", pol, "adaptive, local, all or SPLIT:CODEC such as 3:int8 or 0:raw")
     trace = args.trace
     if trace is None and args.rate is None and args.link is None:
-        trace = str(Path(__file__).resolve().parents[2] / "data" / "traces" / "uplink-fast-slow.csv")
-        if not is_file(trace):
-            from aitrinity.catalog.loader import DATA
+        from aitrinity.catalog.traces import TRACES
 
-            trace = str(DATA / "traces" / "uplink-swing.csv")
+        trace = str(TRACES / "uplink-fast-slow.csv")
     if trace is not None:
-        from aitrinity.traces import LinkTrace
+        from aitrinity.catalog.traces import load_link_trace
 
-        LinkTrace.load(trace)  # a bad file is a one-line error here, not in the child
+        load_link_trace(trace)  # a bad file is a one-line error here, not in the child
     cfg = DemoConfig(
         policies=policies,
         frames=args.frames,

@@ -13,7 +13,7 @@ Structured first; the one-sentence verdicts are rendered from the fields.
 
 from __future__ import annotations
 
-from aitrinity.cost.estimate import Estimate, PhaseEstimate, ResourceKind, combine
+from aitrinity.cost.estimate import Estimate, PhaseEstimate, ResourceId, ResourceKind, combine
 from aitrinity.cost.ledger import Result
 from aitrinity.units import format_bytes, format_time
 
@@ -21,6 +21,7 @@ PHASE_NAMES = {"train_step": "training step", "prefill": "prefill", "decode_step
 
 
 class ResourceUse(Result):
+    id: ResourceId
     resource: str
     kind: ResourceKind
     time_s: float
@@ -30,7 +31,9 @@ class ResourceUse(Result):
 class PhaseDiagnosis(Result):
     phase: str
     time_s: float
-    binding: str
+    binding: ResourceId
+    binding_label: str
+    """The binding resource's display name."""
     binding_kind: ResourceKind
     binding_share: float
     """Binding resource's time / phase time."""
@@ -81,8 +84,10 @@ class Diagnosis(Result):
     model: str
     device: str
     num_devices: int
-    binding: str
-    """'capacity (hbm)' when the workload does not fit, else the slowest phase's binding resource."""
+    binding: ResourceId
+    """``capacity:hbm`` when the workload does not fit, else the slowest phase's binding resource."""
+    binding_label: str
+    """Its display name (``capacity (hbm)``, ``intra-node link (nvlink-4)``)."""
     verdict: str
     phases: list[PhaseDiagnosis]
     capacity: CapacityDiagnosis
@@ -103,7 +108,11 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
         free += ph.dispatch_s
     uses = [
         ResourceUse(
-            resource=r.resource, kind=r.kind, time_s=r.time_s, utilization=r.time_s / ph.time_s if ph.time_s else 0.0
+            id=r.id,
+            resource=r.resource,
+            kind=r.kind,
+            time_s=r.time_s,
+            utilization=r.time_s / ph.time_s if ph.time_s else 0.0,
         )
         for r in res
     ]
@@ -117,12 +126,13 @@ def diagnose_phase(ph: PhaseEstimate, overlap_fraction: float) -> PhaseDiagnosis
     gain = _x(speedup)
     sentence = (
         f"The {name} takes {format_time(ph.time_s)}, bound by {top.resource} "
-        f"({share:.0%} of the time{bubble}){tail}; if it were free the {name} would be {gain} faster."
+        f"({share:.0%} of the time{bubble}){tail}; if {top.resource} were free the {name} would be {gain} faster."
     )
     return PhaseDiagnosis(
         phase=ph.phase,
         time_s=ph.time_s,
-        binding=top.resource,
+        binding=top.id,
+        binding_label=top.resource,
         binding_kind=top.kind,
         binding_share=share,
         uses=uses,
@@ -195,7 +205,8 @@ def diagnose(est: Estimate, overlap_fraction: float = 0.5, min_devices: int | No
     if led.serving:  # per request, decode runs output_tokens times
         weight = {"prefill": 1.0, "decode_step": float(led.serving.output_tokens)}
         slowest = max(phases, key=lambda p: p.time_s * weight.get(p.phase, 1.0))
-    binding = f"capacity ({capacity.tier})" if not capacity.fits else slowest.binding
+    binding: ResourceId = "capacity:hbm" if not capacity.fits else slowest.binding
+    label = f"capacity ({capacity.tier})" if not capacity.fits else slowest.binding_label
     if not capacity.fits:
         verdict = capacity.sentence
     elif led.serving:
@@ -209,6 +220,7 @@ def diagnose(est: Estimate, overlap_fraction: float = 0.5, min_devices: int | No
         device=est.device,
         num_devices=led.num_devices,
         binding=binding,
+        binding_label=label,
         verdict=verdict,
         phases=phases,
         capacity=capacity,
@@ -224,9 +236,9 @@ def _serving_verdict(est: Estimate, phases: list[PhaseDiagnosis]) -> str:
     if w > 0 and kv > w:
         kv_note = f" The KV cache ({format_bytes(kv)} per device) is {kv / w:.1f}x the weights ({format_bytes(w)})."
     return (
-        f"Prefill is bound by {pre.binding} ({pre.binding_share:.0%}), decode by {dec.binding} "
-        f"({dec.binding_share:.0%}); freeing them would make each {_x(pre.speedup_if_free)} and "
-        f"{_x(dec.speedup_if_free)} faster.{kv_note} {_metrics(est)}"
+        f"Prefill is bound by {pre.binding_label} ({pre.binding_share:.0%}), decode by {dec.binding_label} "
+        f"({dec.binding_share:.0%}); freeing the first would make prefill {_x(pre.speedup_if_free)} faster, "
+        f"freeing the second decode {_x(dec.speedup_if_free)}.{kv_note} {_metrics(est)}"
     )
 
 

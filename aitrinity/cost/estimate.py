@@ -34,6 +34,22 @@ if TYPE_CHECKING:
     from aitrinity.spec.scenario import Plan
 
 ResourceKind = Literal["compute", "memory_bandwidth", "link", "latency"]
+ResourceId = Literal[
+    "compute",
+    "memory_bandwidth",
+    "link:intra_node",
+    "link:inter_node",
+    "link:host",
+    "link:host_dram",
+    "link:storage",
+    "link:remote",
+    "latency:launch",
+    "latency:queueing",
+    "compute:interference",
+    "capacity:hbm",
+]
+"""A resource's stable identifier: what scripts and tests compare (``resource`` is its display name).
+``capacity:hbm`` is what binds a workload that does not fit."""
 """``latency``: time no bandwidth explains -- kernel launches, collective latency, engine scheduling and
 queueing (the operator model's time above the roofline's slowest resource)."""
 
@@ -48,7 +64,9 @@ class OperatorTime(Result):
 
 
 class ResourceTime(Result):
+    id: ResourceId
     resource: str
+    """Display name (``intra-node link (nvlink-4)``)."""
     kind: ResourceKind
     time_s: float
     detail: str
@@ -156,6 +174,16 @@ CHANNEL_LABELS = {
 }
 
 
+LINK_IDS: dict[str, ResourceId] = {
+    "intra_node": "link:intra_node",
+    "inter_node": "link:inter_node",
+    "host": "link:host",
+    "host_dram": "link:host_dram",
+    "storage": "link:storage",
+    "remote": "link:remote",
+}
+
+
 def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[ResourceTime]:
     dev, eff = system.device, system.eff
     peak = dev.peak_flops_for(compute_dtype)
@@ -163,6 +191,7 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
     hw = ph.flops.hardware
     out = [
         ResourceTime(
+            id="compute",
             resource="compute",
             kind="compute",
             time_s=hw / rate,
@@ -172,6 +201,7 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
     bw = dev.memory_bandwidth_Bps * eff.memory
     out.append(
         ResourceTime(
+            id="memory_bandwidth",
             resource=f"{dev.memory_kind} bandwidth",
             kind="memory_bandwidth",
             time_s=ph.hbm_bytes / bw,
@@ -188,6 +218,7 @@ def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[
         where = CHANNEL_LABELS[channel]
         out.append(
             ResourceTime(
+                id=LINK_IDS[channel],
                 resource=f"{where} ({ch.label})",
                 kind="link",
                 time_s=msgs * ch.latency_s + nbytes / ch.bandwidth_Bps,
@@ -325,6 +356,7 @@ def _with_operators(
     streams = [r.time_s for r in ph.resources if r.kind == "link" and r.channel not in GPU_CHANNELS]
     time_s = max(combine([time_s, *streams], system.overlap, system.overlap_fraction), floor)
     latency = ResourceTime(
+        id="latency:launch",
         resource=LAUNCH_LATENCY,
         kind="latency",
         time_s=max(step_s - floor, 0.0),
@@ -366,12 +398,14 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     dec_parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ss.decode_step.by_class().items()}
     dec_parts["interference"] = ("other requests' prefill in the same steps", float(ss.interference_s))
     queue = ResourceTime(
+        id="latency:queueing",
         resource="queueing and scheduling",
         kind="latency",
         time_s=max(ttft - mix_total, 0.0),
         detail="server work per request, steps in flight, prompts arriving together (engine profile)",
     )
     chunks = ResourceTime(
+        id="compute:interference",
         resource="other requests' prefill in the step",
         kind="compute",
         time_s=float(ss.interference_s),
@@ -465,6 +499,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     rate = system.device.peak_flops_for(ledger.compute_dtype) * system.eff.compute_at(led.gemm_rows)
     exchange_s = led.flops.exchange / rate
     compute = ResourceTime(
+        id="compute",
         resource="compute",
         kind="compute",
         time_s=ops["gemm"] + ops["attention"] + exchange_s,
@@ -478,6 +513,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     floor = max([compute.time_s, *(r.time_s for r in others)])
     time_s = max(combine([busy + float(st.bubble_s), *streams], system.overlap, system.overlap_fraction), floor)
     latency = ResourceTime(
+        id="latency:launch",
         resource=LAUNCH_LATENCY,
         kind="latency",
         time_s=max(busy - floor, 0.0),

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from aitrinity.cost.block_index import BlockIndex
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ def _greedy(
 def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind) -> _State:
     """The binding resource of the phase that dominates the work (serving: prefill vs output x decode)."""
     fits = d.capacity.fits
-    binding = d.binding
+    binding = d.binding_label
     return _State(
         dict(values),
         fits,

@@ -28,7 +28,7 @@ from aitrinity.cost.prefix_reuse import ReplayTier, replay_tiers
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import DeviceSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @dataclass(frozen=True)

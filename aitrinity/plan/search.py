@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -121,8 +120,6 @@ class SearchResult(Result):
     objective: str
     evaluated: int
     feasible: int
-    elapsed_s: float
-    configs_per_s: float
     best: PlanChoice | None
     top: list[PlanChoice]
     pareto: list[PlanChoice]
@@ -273,13 +270,11 @@ def search_training(
 ) -> SearchResult:
     """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts); ``kernels``
     time a GPU's operators (default: the device's catalog roofline)."""
-    start = time.perf_counter()
     t = evaluate(m, job, base, system, space, kernels)
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)
     order = rank(score, t.priced.hbm_bytes, complexity(t.rows), idx)
-    elapsed = time.perf_counter() - start
     money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
     front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money]) if pareto else []
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))
@@ -288,8 +283,6 @@ def search_training(
         objective=objective,
         evaluated=n,
         feasible=len(idx),
-        elapsed_s=elapsed,
-        configs_per_s=n / elapsed,
         best=_choice(t, int(order[0]), system, job) if len(order) else None,
         top=[_choice(t, int(i), system, job) for i in order[:top]],
         pareto=[_choice(t, i, system, job) for i in front],

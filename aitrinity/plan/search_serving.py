@@ -10,7 +10,6 @@ compression, weight streaming) apply to every candidate.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -135,8 +134,6 @@ class ServingSearchResult(Result):
     objective: str
     evaluated: int
     feasible: int
-    elapsed_s: float
-    configs_per_s: float
     best: ServingChoice | None
     top: list[ServingChoice]
     pareto: list[ServingChoice]
@@ -182,7 +179,6 @@ def search_serving(
         raise SpecError(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
-    start = time.perf_counter()
     rows = _grid(system.host_memory is not None, job.batch)
     tps, pps, parts, caps, hits = [], [], [], [], []
     replayed: dict[int, float] = {}
@@ -209,7 +205,6 @@ def search_serving(
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     simple = (tiled.kv_offload > 0).astype(np.int64) + (tiled.weight_dtype > 0) + (tiled.kv_dtype > 0) + tp_a * pp_a
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], quantize(score[idx])))]
-    elapsed = time.perf_counter() - start
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
     columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s]
     front = frontier(order, columns) if pareto else []
@@ -244,8 +239,6 @@ def search_serving(
         objective=objective,
         evaluated=n,
         feasible=len(idx),
-        elapsed_s=elapsed,
-        configs_per_s=n / elapsed,
         best=choice(int(order[0])) if len(order) else None,
         top=[choice(int(i)) for i in order[:top]],
         pareto=[choice(i) for i in front],

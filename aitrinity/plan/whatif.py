@@ -32,17 +32,16 @@ Pure functions over resolved inputs (:mod:`aitrinity.hardware` resolves names).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from aitrinity import overrides
 from aitrinity.cost.ledger import Result
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.plan.rows import pareto_indices
 from aitrinity.plan.search import Objective, PlanChoice, Space, search_training
 from aitrinity.plan.search_serving import ServingChoice, ServingObjective, search_serving
+from aitrinity.spec import quantities
 from aitrinity.spec.exchanges import PrefixCache
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System
@@ -151,7 +150,6 @@ class Comparison(Result):
     designs: list[str]
     results: list[WorkloadResult]
     scores: list[DesignScore]
-    elapsed_s: float
     replans: int
 
 
@@ -290,7 +288,7 @@ def analyse(
 
     def plan_at(resource: str, factor: float) -> Best:
         tick()
-        return best(case, overrides.scale(case.system, resource, factor), objective)
+        return best(case, quantities.scale(case.system, resource, factor), objective)
 
     tick()
     nominal = best(case, case.system, objective)
@@ -383,7 +381,6 @@ def compare(
     progress: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Analyse every case and score the designs."""
-    start = time.perf_counter()
     count = [0]
 
     def tick() -> None:
@@ -404,6 +401,5 @@ def compare(
         designs=designs,
         results=results,
         scores=score(results, designs),
-        elapsed_s=time.perf_counter() - start,
         replans=count[0],
     )

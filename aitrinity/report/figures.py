@@ -81,12 +81,12 @@ def utilization_figure(sid: str, d: Diagnosis) -> Figure:
     rows: list[list[Cell]] = []
     for ph in d.phases:
         items = [
-            svg.Bar(u.resource, u.utilization, u.kind, strong=u.resource == ph.binding, note=format_time(u.time_s))
+            svg.Bar(u.resource, u.utilization, u.kind, strong=u.id == ph.binding, note=format_time(u.time_s))
             for u in ph.uses
         ]
         if ph.bubble_fraction > 0:
             items.append(svg.Bar("pipeline bubble", ph.bubble_fraction, "bubble"))
-        groups.append((f"{ph.phase} ({format_time(ph.time_s)}, bound by {ph.binding})", items))
+        groups.append((f"{ph.phase} ({format_time(ph.time_s)}, bound by {ph.binding_label})", items))
         rows += [[ph.phase, b.label, b.value, b.note, "yes" if b.strong else ""] for b in items]
     title = "Utilization of each resource per phase"
     return Figure(
@@ -241,7 +241,7 @@ def llm_section(
     rep = api.plan(ref, objective, 5, overrides)
     assert isinstance(rep, PlanReport)
     sid = sid or _slug(d.scenario)
-    facts = [("model", d.model), ("system", f"{d.num_devices} x {d.device}"), ("binding", d.binding)]
+    facts = [("model", d.model), ("system", f"{d.num_devices} x {d.device}"), ("binding", d.binding_label)]
     facts.append((d.capacity.tier, d.capacity.sentence))
     figures = [utilization_figure(sid, d), roofline_figure(sid, d, r)]
     if rep.chain is not None:
@@ -373,7 +373,7 @@ DEFAULT_CAPACITIES = (250_000, 500_000, 1_000_000, 2_000_000, 3_000_000, 5_000_0
 
 def replay_section(trace: Path, m: ModelSpec, capacities: Sequence[int] = DEFAULT_CAPACITIES) -> Section:
     """Hit rate vs capacity of a request trace through the prefix cache's index (LRU, full blocks)."""
-    from aitrinity import traces
+    from aitrinity.catalog import traces
     from aitrinity.cost.memory import kv_bytes_per_token
     from aitrinity.cost.prefix_reuse import replay
 

@@ -34,7 +34,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError
 from aitrinity.sim.serving import ServingConfig, simulate_serving
 from aitrinity.spec.model import ModelSpec
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @dataclass(frozen=True)

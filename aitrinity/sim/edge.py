@@ -32,7 +32,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError
 from aitrinity.sim.core import Event, Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
-from aitrinity.traces import LinkTrace
+from aitrinity.spec.traces import LinkTrace
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.sim.core import Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.model import ModelSpec
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from aitrinity.sim.core import Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec
 from aitrinity.spec.model import ModelSpec
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 StepTime = Callable[[int, float, int, float], float]
 """(decoding sequences, their mean context, prompt chunks, mean chunk tokens) -> seconds of one iteration."""

@@ -27,7 +27,7 @@ from aitrinity.cost.grad_compression import step_time
 from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError
 from aitrinity.sim.core import Event, Simulator
-from aitrinity.traces import LinkTrace
+from aitrinity.spec.traces import LinkTrace
 
 DEGRADING = LinkTrace((0.0, 20.0, 40.0, 70.0), (10e9 / 8, 1e9 / 8, 100e6 / 8, 1e9 / 8))
 """10 Gbit/s, then contention: 1 Gbit/s at 20 s, 100 Mbit/s at 40 s, 1 Gbit/s again at 70 s."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from aitrinity import api, catalog, units
+from aitrinity.catalog.traces import conversation_trace
 from aitrinity.cost.diagnosis import Diagnosis
 from aitrinity.cost.ledger import Result
 from aitrinity.errors import SpecError, UnitError, UnknownNameError
@@ -24,7 +25,6 @@ from aitrinity.plan.report import PlanReport
 from aitrinity.plan.search_serving import ServingChoice
 from aitrinity.plan.split import EdgePlanReport
 from aitrinity.report import figures as rb
-from aitrinity.traces import conversation_trace
 from aitrinity.units import format_time
 
 CACHE_STOPS = ("none", "64GiB", "128GiB", "256GiB", "512GiB", "1TiB", "2TiB", "4TiB")
@@ -143,8 +143,7 @@ def defaults(scenario: str) -> dict[str, Any]:
         "batch": w.serving.batch if isinstance(w.serving.batch, int) else 1,
         "context": w.serving.prompt_tokens,
         "bandwidth_Mbps": s.host_link.bandwidth_Bps * 8 / 1e6,
-        "controls": ["model", "device", "gpus", "batch", "context", "bandwidth"]
-        + (["cache"] if conversation_trace() is not None else []),
+        "controls": ["model", "device", "gpus", "batch", "context", "bandwidth", "cache"],
     }
 
 
@@ -174,8 +173,6 @@ def overrides(form: Form, kind: str) -> list[str]:
         out.append(f"{key}={form.bandwidth}")
     if form.cache and kind == "serving":
         trace = conversation_trace()
-        if trace is None:
-            raise SpecError("cache", form.cache, "a request trace to replay (data/traces/ of this repository)")
         if form.cache == "none":
             out.append("plan.exchanges=[]")
         else:
@@ -246,7 +243,7 @@ def answer(form: Form) -> Answer:
         kind=diag.kind,
         overrides=sets,
         verdict=diag.verdict,
-        binding=diag.binding,
+        binding=diag.binding_label,
         metrics=metrics,
         best=best.label if best is not None else None,
         best_metrics=best_metrics,
@@ -265,7 +262,7 @@ def options() -> dict[str, Any]:
         "models": catalog.names("models"),
         "devices": catalog.names("devices"),
         "links": catalog.names("links"),
-        "cache_stops": list(CACHE_STOPS) if conversation_trace() is not None else [],
+        "cache_stops": list(CACHE_STOPS),
     }
 
 

@@ -151,9 +151,9 @@ def test_simulate_commands(capsys, tmp_path, monkeypatch):
     assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--instances", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "local" in out and "global" in out
-    monkeypatch.chdir(tmp_path)  # outside a checkout there is no default trace
-    assert main(["simulate", "prefill-cluster", "--quiet"]) == 2
-    assert "--trace" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # outside a checkout the built-in trace (package data) is the default
+    assert main(["simulate", "prefill-cluster", "--instances", "2", "--quiet"]) == 0
+    assert "mooncake_conversation_trace.jsonl (built in): 12,031 requests" in capsys.readouterr().out
     monkeypatch.undo()
     assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--cache", "both", "--quiet"]) == 0
     assert "global" in capsys.readouterr().out
@@ -176,3 +176,13 @@ def test_simulate_commands(capsys, tmp_path, monkeypatch):
     )
     r = json.loads(capsys.readouterr().out)
     assert r["finished"] + sum(r["rejected"].values()) == r["requests"] == 60
+
+
+def test_plan_json_is_deterministic_and_timings_go_to_stderr(capsys):
+    args = ["plan", "llama-70b-serving-long-context", "--top", "2", "--json"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main([*args, "--timings"]) == 0
+    second = capsys.readouterr()
+    assert first == second.out  # byte-identical JSON: no elapsed time or rate inside
+    assert "plans in" in second.err and "/s)" in second.err

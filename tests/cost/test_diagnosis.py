@@ -18,13 +18,14 @@ def test_binding_resource_utilization_and_headroom():
     d = diagnose(price(led, system))
     assert d.capacity.fits
     [ph] = d.phases
-    times = {u.resource: u.time_s for u in ph.uses}
+    times = {u.id: u.time_s for u in ph.uses}
     top = max(times, key=times.get)
     assert ph.binding == top
+    assert ph.binding_label == next(u.resource for u in ph.uses if u.id == top)
     assert ph.time_if_free_s == pytest.approx(max(t for r, t in times.items() if r != top))
     assert ph.speedup_if_free == pytest.approx(ph.time_s / ph.time_if_free_s)
     assert all(0 <= u.utilization <= 1 for u in ph.uses)
-    assert ph.binding in ph.sentence and "faster" in ph.sentence
+    assert f"if {ph.binding_label} were free" in ph.sentence and "faster" in ph.sentence
     assert d.binding == ph.binding
 
 
@@ -43,7 +44,7 @@ def test_headroom_of_an_operator_model_phase_removes_the_binding_time_in_series(
 def test_capacity_binds_when_nothing_fits():
     d = api.diagnose("trillion-param-training")
     assert not d.capacity.fits
-    assert d.binding == "capacity (hbm)"
+    assert d.binding == "capacity:hbm" and d.binding_label == "capacity (hbm)"
     assert d.capacity.largest_category == "optimizer"
     assert str(d.capacity.min_devices) in d.verdict
 
@@ -108,7 +109,7 @@ def test_unbounded_headroom_is_null_not_infinity():
         time_s=1.0,
         bubble_s=0.0,
         overlap="max",
-        resources=[ResourceTime(resource="compute", kind="compute", time_s=1.0, detail="")],
+        resources=[ResourceTime(id="compute", resource="compute", kind="compute", time_s=1.0, detail="")],
     )
     d = diagnose_phase(ph, 0.5)
     assert d.speedup_if_free is None and "unboundedly" in d.sentence

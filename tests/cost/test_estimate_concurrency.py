@@ -26,7 +26,8 @@ def _scenario(**serving):
 def test_small_batch_decode_is_bound_by_launch_and_collective_latency():
     d = api.diagnose(_scenario())
     dec = d.phases[1]
-    assert dec.binding == "operator launch / collective latency" and dec.binding_kind == "latency"
+    assert dec.binding == "latency:launch" and dec.binding_kind == "latency"
+    assert dec.binding_label == "operator launch / collective latency"
     ops = {o.operator for o in d.estimate.phase("decode_step").operators}
     assert {"gemm", "attention", "communication", "elementwise", "engine"} <= ops
     assert d.estimate.serving.mode == "concurrency"

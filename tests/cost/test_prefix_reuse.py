@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from aitrinity import traces
+from aitrinity.catalog import traces
 from aitrinity.cost.prefix_reuse import replay
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 

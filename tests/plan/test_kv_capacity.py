@@ -8,7 +8,7 @@ from aitrinity import catalog
 from aitrinity.cost.kv_reuse import prefill_flops
 from aitrinity.errors import SpecError
 from aitrinity.plan.kv_capacity import TierInput, block_bytes, kv_plan, kv_replay
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 
 @pytest.fixture(scope="module")

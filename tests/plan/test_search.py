@@ -141,4 +141,4 @@ def test_search_is_deterministic():
     system = make_system(n=8, host_memory="host-dram")
     a = search_training(m, job, Plan(), system, space=SMALL)
     b = search_training(m, job, Plan(), system, space=SMALL)
-    assert a.model_dump(exclude={"elapsed_s", "configs_per_s"}) == b.model_dump(exclude={"elapsed_s", "configs_per_s"})
+    assert a == b  # results carry no wall-clock fields: the same search gives the same data

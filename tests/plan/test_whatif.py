@@ -10,11 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aitrinity import api, catalog, overrides
+from aitrinity import api, catalog
 from aitrinity.cli.main import main
 from aitrinity.errors import SpecError, UnknownNameError
 from aitrinity.hardware import cases, compare_hardware, parse_design
 from aitrinity.plan.whatif import Best, ResourceEffect, WorkloadResult, analyse, best, resources, score
+from aitrinity.spec import quantities
 
 SMALL = str(Path(__file__).parents[1] / "data" / "small-suite.yaml")
 SUITE = catalog.suite("representative")
@@ -43,7 +44,7 @@ def test_a_resource_change_is_a_full_replan(label, resource, factor):
     more of a resource never lowers it (the old plan stays feasible and no slower)."""
     case = _case(label)
     nominal = best(case, case.system, "performance").value
-    scaled = best(case, overrides.scale(case.system, resource, factor), "performance").value
+    scaled = best(case, quantities.scale(case.system, resource, factor), "performance").value
     assert scaled == pytest.approx(_replanned_throughput(label, [f"{resource}=x{factor}"]), rel=1e-9)
     if factor >= 1:
         assert scaled >= nominal * (1 - 1e-12)
@@ -72,8 +73,8 @@ def test_switch_points_bracket_the_first_plan_change():
     for e in bracketed:
         lo, hi = e.switch_between
         assert 0.5 <= lo < hi <= 1.0 and hi / lo == pytest.approx(2 ** (1 / 8), rel=1e-9)  # three halvings in log space
-        assert best(c, overrides.scale(c.system, e.resource, lo), "performance").plan != nominal
-        assert best(c, overrides.scale(c.system, e.resource, hi), "performance").plan == nominal
+        assert best(c, quantities.scale(c.system, e.resource, lo), "performance").plan != nominal
+        assert best(c, quantities.scale(c.system, e.resource, hi), "performance").plan == nominal
 
 
 def test_h200_helps_long_context_decode_and_leaves_compute_bound_prefill_unchanged():

@@ -40,7 +40,7 @@ def test_utilization_table_is_the_diagnosis(report):
     want = {(p.phase, u.resource): u.utilization for p in d.phases for u in p.uses}
     got = {(r[0], r[1]): r[2] for r in fig.table.rows if r[1] != "pipeline bubble"}
     assert got == want
-    assert [r[1] for r in fig.table.rows if r[4] == "yes"] == [d.phases[0].binding]
+    assert [r[1] for r in fig.table.rows if r[4] == "yes"] == [d.phases[0].binding_label]
 
 
 def test_roofline_places_decode_left_of_the_ridge_and_prefill_right():

@@ -4,11 +4,11 @@ import pytest
 
 from aitrinity import api
 from aitrinity.catalog.loader import DATA
+from aitrinity.catalog.traces import load_link_trace
 from aitrinity.edge import resolve
 from aitrinity.sim.edge import EdgeStream, compare_edge, simulate_edge
-from aitrinity.traces import LinkTrace
 
-TRACE = LinkTrace.load(DATA / "traces" / "uplink-swing.csv")
+TRACE = load_link_trace(DATA / "traces" / "uplink-swing.csv")
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aitrinity import catalog, traces
+from aitrinity import catalog
+from aitrinity.catalog import traces
 from aitrinity.sim.core import Simulator
 from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 MODEL = catalog.model("llama-3.1-8b")

@@ -8,7 +8,7 @@ from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.cost.params import count
 from aitrinity.sim.serving import ServingConfig, simulate_serving
 from aitrinity.spec.model import ModelSpec
-from aitrinity.traces import TraceRequest
+from aitrinity.spec.traces import TraceRequest
 
 M = ModelSpec(
     name="tiny",

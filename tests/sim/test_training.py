@@ -2,6 +2,7 @@
 
 import pytest
 
+from aitrinity.catalog.traces import load_link_trace
 from aitrinity.errors import SpecError
 from aitrinity.sim.training import DEGRADING, LinkTrace, TrainingJob, compare, simulate_training
 
@@ -29,8 +30,8 @@ def test_same_seed_same_run_and_bad_input(tmp_path):
         simulate_training(TrainingJob(), DEGRADING, "static:zip")
     f = tmp_path / "link.csv"
     f.write_text("# time_s, Mbit/s\n0, 1000\n10, 100\n")
-    link = LinkTrace.load(f)
+    link = load_link_trace(f)
     assert link.at(5) == 125e6 and link.at(10) == 12.5e6
     f.write_text("0 fast\n")
     with pytest.raises(SpecError, match=r"link\.csv:1"):
-        LinkTrace.load(f)
+        load_link_trace(f)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from aitrinity.catalog.traces import load_link_trace
 from aitrinity.cost.edge import Choices
 from aitrinity.systems.split import digits
 from aitrinity.systems.split.device import (
@@ -38,7 +39,6 @@ from aitrinity.systems.split.device import (
 )
 from aitrinity.systems.split.launch import server_process
 from aitrinity.systems.split.shaper import TokenBucket, constant
-from aitrinity.traces import LinkTrace
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class DemoConfig:
 
 def _rate(cfg: DemoConfig) -> Callable[[float], float] | None:
     if cfg.trace:
-        lt = LinkTrace.load(cfg.trace)
+        lt = load_link_trace(cfg.trace)
         return lambda t: lt.at(t * cfg.trace_speedup)
     if cfg.rate_Mbps:
         return constant(cfg.rate_Mbps * 1e6 / 8)

@@ -46,12 +46,16 @@ def test_model_state_bytes_per_rank_are_exact(measured):
 
 @pytest.mark.multiproc
 @pytest.mark.skipif(not IN_NAMESPACE, reason=f"bytes on the wire need a private namespace: {netns.unavailable()}")
-def test_bytes_on_the_wire_within_one_percent(measured):
+def test_bytes_on_the_wire_within_framing(measured):
+    """The payload is exact; TCP/IP headers, ACKs and gloo framing add 0.2-0.3% on an idle machine and up
+    to ~1% under load (smaller segments, more ACKs: seen 1.0101 for zero1 during a full suite run), so
+    the bound is 3% -- far below what a wrong collective model would give (gloo's reduce-scatter alone
+    is 2x)."""
     for i, kind in enumerate(("ddp", "zero1", "fsdp2")):
         r = measured[0][i]
         want = sum(cs.wire_bytes(kind, r["shapes"], 2, rank, root_shapes=r["root_shapes"]) for rank in (0, 1))
         got = r["lo_tx_step"]  # every rank's sends cross the namespace's one loopback
-        assert got == pytest.approx(want, rel=0.01), kind
+        assert got == pytest.approx(want, rel=0.03), kind
         assert got >= want  # TCP/IP and gloo framing only add
 
 

@@ -1,8 +1,10 @@
 """Sweeps of scenarios x seeds x policies on a local pool of worker processes (JSON in, JSON out; no pickle).
 
+Part of the front door (DESIGN: it orchestrates sweeps and resolves scenario names through the api).
+
 Each job is a JSON object (``scenario``, ``policy``, ``seed`` and the
 scenario's options); :func:`run_sweep` starts up to ``workers`` child
-processes (``python -m aitrinity.sim.sweep``), hands each a slice of the jobs
+processes (``python -m aitrinity.sweep``), hands each a slice of the jobs
 on stdin and reads one JSON result per job from its stdout, so nothing is
 pickled across the process boundary. Results come back in job order; a job
 that fails is reported with its index and the worker's message.
@@ -55,22 +57,24 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """One job in this process: the objective and the switches of one policy on one seed."""
     scenario, policy, seed = job["scenario"], job["policy"], int(job.get("seed", 0))
     if scenario == "training-link":
+        from aitrinity.catalog.traces import load_link_trace
         from aitrinity.sim.training import DEGRADING, TrainingJob, simulate_training
-        from aitrinity.traces import LinkTrace
+        from aitrinity.spec.traces import LinkTrace
 
-        link = LinkTrace.load(job["trace"]) if job.get("trace") else DEGRADING
+        link = load_link_trace(job["trace"]) if job.get("trace") else DEGRADING
         r = simulate_training(TrainingJob(steps=int(job.get("steps", 2000))), link, policy, seed=seed)
         return {**job, "objective": r.total_s, "unit": "s to finish", "switches": r.switches}
     if scenario == "edge-stream":
         from aitrinity import api
+        from aitrinity.catalog.traces import load_link_trace
         from aitrinity.edge import resolve
         from aitrinity.sim.edge import EdgeStream, simulate_edge
-        from aitrinity.traces import LinkTrace
+        from aitrinity.spec.traces import LinkTrace
 
         s, base = api.load(job.get("edge", "camera-analytics-edge"))
         inp = resolve(s, base)  # type: ignore[arg-type]
         if job.get("trace"):
-            link = LinkTrace.load(job["trace"])
+            link = load_link_trace(job["trace"])
         else:
             link = LinkTrace(tuple(t for t, _ in inp.trace), tuple(b for _, b in inp.trace))
         stream = EdgeStream(fps=inp.scenario.workload.edge.frames_per_s, duration_s=float(job.get("duration", 200)))
@@ -112,7 +116,7 @@ def run_sweep(
             idx = list(range(k, n, w))
             log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))  # a file: a chatty worker never blocks
             p = subprocess.Popen(
-                [sys.executable, "-m", "aitrinity.sim.sweep"],
+                [sys.executable, "-m", "aitrinity.sweep"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

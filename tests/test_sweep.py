@@ -3,7 +3,7 @@
 import pytest
 
 from aitrinity.errors import SpecError
-from aitrinity.sim.sweep import policies, run_job, run_sweep
+from aitrinity.sweep import policies, run_job, run_sweep
 
 pytestmark = pytest.mark.multiproc
 
