@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aitrinity import catalog
+from aitrinity import catalog, silicon
 from aitrinity import overrides as ov
 from aitrinity.catalog.loader import resolve_system
 from aitrinity.cost.diagnosis import Diagnosis
@@ -138,7 +138,6 @@ def estimate(r: Resolved) -> Estimate:
 
 
 def _estimate_training(r: Resolved, led: Ledger) -> Estimate:
-    from aitrinity import silicon
     from aitrinity.cost.estimate import estimate_training
 
     choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
@@ -151,30 +150,13 @@ def _estimate_concurrency(r: Resolved, led: Ledger) -> Estimate:
     operator model's steady state on one replica. With pipeline parallelism a token still passes every
     layer in turn, so the step is priced as the whole model on one TP group (PP adds capacity, not speed;
     the stage hops are in the ledger's links)."""
-    from aitrinity import silicon
-    from aitrinity.cost.concurrency import steady_state
-    from aitrinity.cost.estimate import price_concurrency
-    from aitrinity.cost.operators import Layout
-    from aitrinity.cost.serving import effects, prefill_phase
+    from aitrinity.cost.estimate import estimate_concurrency
 
-    plan, fx = effects(r.scenario.plan)
     job = r.scenario.workload.serving
-    assert job is not None and led.serving is not None
-    notes: list[str] = []
-    c = max(led.serving.batch, 1)
-    one = prefill_phase(r.model, plan, r.system, 1, job.prompt_tokens, fx)
-    led = led.model_copy(update={"phases": [one, led.phases[1]]})
+    assert job is not None
     choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
-    if choice.note:
-        notes.append(choice.note)
-    lay = Layout(
-        tp=plan.tp, ep=plan.ep, weight_dtype=plan.weights_dtype, kv_dtype=plan.cache_dtype, engine=r.system.engine
-    )
-    ss = steady_state(
-        r.model, choice.kernels, lay, c, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit
-    )
-    notes.extend(f"no kernel table for {f}: roofline used" for f in sorted(getattr(choice.kernels, "fallbacks", ())))
-    return price_concurrency(led, r.system, ss, choice.source, notes)
+    notes = [choice.note] if choice.note else []
+    return estimate_concurrency(led, r.model, r.scenario.plan, job, r.system, choice.kernels, notes)
 
 
 def diagnose(
@@ -251,15 +233,13 @@ def plan(
     r = resolve(loaded, base, overrides)
     own = r.scenario.plan if start == "scenario" else None
     w = r.scenario.workload
+    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
     if w.training is not None:
         objective = objective or "time"
         if objective not in OBJECTIVES:
             raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
-        from aitrinity import silicon
-
-        kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
         result = search_training(
             r.model, w.training, r.scenario.plan, r.system, objective, top, pareto=pareto, kernels=kernels
         )
@@ -289,8 +269,12 @@ def plan(
         if isinstance(scenario, str | Path) and catalog.loader.is_file(scenario) and not trace.is_absolute():
             trace = Path(scenario).resolve().parent / trace
         hit_rate = partial(replayed_hit_rate, trace)
-    sres = search_serving(r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, hit_rate, pareto)
-    schain = serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own) if sres.best else None
+    sres = search_serving(
+        r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, hit_rate, pareto, kernels
+    )
+    schain = (
+        serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own, kernels) if sres.best else None
+    )
     need = None
     if sres.best is None:
         from aitrinity.cost import capacity

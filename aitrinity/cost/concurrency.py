@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from aitrinity.cost.kernels import Array, Kernels
-from aitrinity.cost.operators import Layout, StepShape, StepTimes, step_times
+from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
 from aitrinity.spec.model import ModelSpec
 
 
@@ -116,10 +116,18 @@ def steady_state(
     s_new = np.maximum(s_in * np.asarray(prefill_fraction, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     ctx = s_in + s_out / 2.0  # mean context over a generation
-    over = prof.step_overhead_s
-    dec = step_times(m, k, lay, StepShape(decode=c, context=ctx), over)
-    mix = step_times(m, k, lay, StepShape(decode=c - 1.0, context=ctx, prefill_seqs=1.0, prefill_len=s_new), over)
-    alone = step_times(m, k, lay, StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=s_new), over).total
+    # the three steps -- c decodes; c - 1 decodes and one prompt; the prompt alone -- in one call (stacked)
+    c, ctx, s_new = np.broadcast_arrays(c, ctx, s_new)
+    zero, one = np.zeros(c.shape), np.ones(c.shape)
+    shape = StepShape(
+        decode=np.stack([c, c - 1.0, zero]),
+        context=np.stack([ctx, ctx, one]),
+        prefill_seqs=np.stack([zero, one, one]),
+        prefill_len=np.stack([one, s_new, s_new]),
+    )
+    steps3 = step_times(m, k, lay, shape, prof.step_overhead_s)
+    dec, mix, lone = (StepTimes(*(getattr(steps3, f)[i] for f in OPERATOR_CLASSES)) for i in range(3))
+    alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
     tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
     steps = prof.prefill_steps * mix.total

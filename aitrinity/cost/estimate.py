@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from aitrinity.cost.kernels import Kernels
     from aitrinity.cost.train_operators import StepTimes
     from aitrinity.spec.model import ModelSpec
-    from aitrinity.spec.scenario import Plan
+    from aitrinity.spec.scenario import Plan, ServingJob
 
 ResourceKind = Literal["compute", "memory_bandwidth", "link", "latency"]
 ResourceId = Literal[
@@ -333,6 +333,13 @@ def price(ledger: Ledger, system: System) -> Estimate:
 LAUNCH_LATENCY = "operator launch / collective latency"
 
 
+def _launch_latency(above_floor_s: float, detail: str) -> ResourceTime:
+    """The operator model's time above the roofline's slowest resource, as a resource of its own."""
+    return ResourceTime(
+        id="latency:launch", resource=LAUNCH_LATENCY, kind="latency", time_s=max(above_floor_s, 0.0), detail=detail
+    )
+
+
 GPU_CHANNELS = ("intra_node", "inter_node")
 """Links the operator model already prices (its TP collectives); other channels carry exchanges' streams."""
 
@@ -355,12 +362,8 @@ def _with_operators(
     floor = max(r.time_s for r in ph.resources)
     streams = [r.time_s for r in ph.resources if r.kind == "link" and r.channel not in GPU_CHANNELS]
     time_s = max(combine([time_s, *streams], system.overlap, system.overlap_fraction), floor)
-    latency = ResourceTime(
-        id="latency:launch",
-        resource=LAUNCH_LATENCY,
-        kind="latency",
-        time_s=max(step_s - floor, 0.0),
-        detail="kernel launches, all-reduce latency and engine step time above the roofline's slowest resource",
+    latency = _launch_latency(
+        step_s - floor, "kernel launches, all-reduce latency and engine step time above the roofline's slowest resource"
     )
     ops = [
         OperatorTime(operator=k, label=label, time_s=t, share=t / time_s if time_s else 0.0)
@@ -376,6 +379,44 @@ def _with_operators(
             "operators": ops,
         }
     )
+
+
+def estimate_concurrency(
+    ledger: Ledger, m: ModelSpec, plan: Plan, job: ServingJob, system: System, kernels: Kernels, notes: list[str]
+) -> Estimate:
+    """Serving at ``ledger.serving.batch`` clients: the ledger with one request's prefill (what TTFT prices),
+    priced by the operator model's steady state on one replica (``kernels`` with ``system.engine``'s
+    scheduling profile). With pipeline parallelism a token still passes every layer in turn, so the step is
+    priced as the whole model on one TP group (PP adds capacity, not speed; the stage hops are in the
+    ledger's links). ``plan`` is the scenario's (its quantizations applied here)."""
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.operators import Layout
+    from aitrinity.cost.serving import effects, prefill_phase
+
+    qplan, fx = effects(plan)
+    assert ledger.serving is not None
+    c = max(ledger.serving.batch, 1)
+    one = prefill_phase(m, qplan, system, 1, job.prompt_tokens, fx)
+    ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
+    lay = Layout(
+        tp=qplan.tp, ep=qplan.ep, weight_dtype=qplan.weights_dtype, kv_dtype=qplan.cache_dtype, engine=system.engine
+    )
+    ss = steady_state(m, kernels, lay, c, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit)
+    notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
+    return price_concurrency(ledger, system, ss, kernels.source, notes)
+
+
+def price_serving_ledger(
+    ledger: Ledger, m: ModelSpec, plan: Plan, job: ServingJob, system: System, kernels: Kernels | None = None
+) -> Estimate:
+    """A serving ledger priced as ``trinity diagnose`` and the planner price it: at fixed concurrency through
+    the operator model (``kernels``, default the device's catalog roofline) for ``mode: concurrency``, the
+    static-batch phase roofline for ``mode: static``."""
+    if job.mode != "concurrency":
+        return price(ledger, system)
+    from aitrinity.cost.kernels import roofline
+
+    return estimate_concurrency(ledger, m, plan, job, system, kernels or roofline(system.device), [])
 
 
 def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: str, notes: list[str]) -> Estimate:
@@ -512,12 +553,9 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     others = ph.resources[1:]
     floor = max([compute.time_s, *(r.time_s for r in others)])
     time_s = max(combine([busy + float(st.bubble_s), *streams], system.overlap, system.overlap_fraction), floor)
-    latency = ResourceTime(
-        id="latency:launch",
-        resource=LAUNCH_LATENCY,
-        kind="latency",
-        time_s=max(busy - floor, 0.0),
-        detail="TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
+    latency = _launch_latency(
+        busy - floor,
+        "TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
     )
     parts = {
         **ops,

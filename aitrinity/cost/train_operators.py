@@ -49,8 +49,6 @@ FLASH_BACKWARD = 2.5
 class MicroBatch:
     """What one micro-batch is and how the plan runs it (arrays broadcast: one row per candidate)."""
 
-    tokens: ArrayLike
-    """``micro_batch x seq_len`` tokens."""
     micro_batch: ArrayLike
     seq_len: int
     recompute: ArrayLike
@@ -59,6 +57,12 @@ class MicroBatch:
     flash_attention: bool
     dtype: str
 
+    @property
+    def tokens(self) -> Array:
+        """``micro_batch x seq_len``: the rows of every GEMM."""
+        out: Array = np.asarray(self.micro_batch, dtype=np.float64) * self.seq_len
+        return out
+
 
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
 
@@ -66,7 +70,6 @@ RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
 def plan_microbatch(plan: Plan, seq_len: int) -> MicroBatch:
     """The micro-batch of one plan (a batch of one row)."""
     return MicroBatch(
-        tokens=plan.micro_batch * seq_len,
         micro_batch=plan.micro_batch,
         seq_len=seq_len,
         recompute=RECOMPUTE_INDEX[plan.recompute],

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 
 from aitrinity.cost.diagnosis import ExchangeReport
-from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price, price_training_ledger
+from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price_serving_ledger, price_training_ledger
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
@@ -120,7 +120,10 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
 
     def estimate(p: Plan, s: System) -> Estimate:
         led = build(p, s)
-        return price_training_ledger(led, model, p, s) if w.training is not None else price(led, s)
+        if w.training is not None:
+            return price_training_ledger(led, model, p, s)
+        assert w.serving is not None
+        return price_serving_ledger(led, model, p, w.serving, s)
 
     without_plan = _without(plan, index)
     with_ledger = build(plan, system)

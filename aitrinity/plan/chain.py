@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aitrinity.cost.diagnosis import Diagnosis, diagnose
-from aitrinity.cost.estimate import price, price_training_ledger
+from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.serving import serving_ledger
@@ -359,9 +359,16 @@ def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
 
 
 def serving_chain(
-    m: ModelSpec, job: ServingJob, base: Plan, system: System, target: ServingChoice, start: Plan | None = None
+    m: ModelSpec,
+    job: ServingJob,
+    base: Plan,
+    system: System,
+    target: ServingChoice,
+    start: Plan | None = None,
+    kernels: Kernels | None = None,
 ) -> Chain:
-    """Greedy chain from ``start`` (default: the naive plan) to ``target`` (with the scenario's fixed exchanges)."""
+    """Greedy chain from ``start`` (default: the naive plan) to ``target`` (with the scenario's fixed exchanges),
+    priced as the planner prices."""
 
     chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
 
@@ -376,8 +383,9 @@ def serving_chain(
             values["kv_quantization"],
         )
         try:
-            led = serving_ledger("chain", m, job.model_copy(update={"batch": values["batch"]}), plan, system)
-            d = diagnose(price(led, system))
+            row_job = job.model_copy(update={"batch": values["batch"]})
+            led = serving_ledger("chain", m, row_job, plan, system)
+            d = diagnose(price_serving_ledger(led, m, plan, row_job, system, kernels))
         except SpecError:
             return None
         return _state(values, d, _SERVING)

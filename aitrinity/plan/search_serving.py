@@ -15,6 +15,7 @@ from typing import Literal
 
 import numpy as np
 
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan.rows import frontier, quantize
@@ -166,11 +167,13 @@ def search_serving(
     tpot_slo_s: float | None = None,
     prefix_hit_rate: Callable[[int, int], float] | None = None,
     pareto: bool = True,
+    kernels: Kernels | None = None,
 ) -> ServingSearchResult:
     """``prefix_hit_rate(capacity_tokens, block_tokens)``: the token hit rate of the trace of a trace-based
     prefix cache in ``base`` (e.g. :func:`aitrinity.api.replayed_hit_rate`); its capacity is then searched.
 
-    ``pareto=False`` leaves the frontier out.
+    ``pareto=False`` leaves the frontier out; ``kernels`` time the operators at fixed concurrency (default:
+    the device's catalog roofline).
     """
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
@@ -184,7 +187,7 @@ def search_serving(
     replayed: dict[int, float] = {}
     for tp, pp in layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
-            parts.append(price_rows(m, job, plan, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
+            parts.append(price_rows(m, job, plan, system, tp, pp, rows, ttft_slo_s, tpot_slo_s, kernels))
             tps.append(np.full(len(rows), tp))
             pps.append(np.full(len(rows), pp))
             caps.append(np.full(len(rows), np.nan if capacity is None else capacity))

@@ -1,12 +1,13 @@
 """Vectorized pricing of many serving plans at once (numpy), for the planner.
 
 The same formulas as :func:`aitrinity.cost.serving.serving_ledger` followed by
-:func:`aitrinity.cost.estimate.price`, for rows that share a model, a job, a
-system and a layout ``(tp, pp)`` and differ in batch size, the fraction of
-the KV cache offloaded to host memory, weight quantization and KV
-quantization. A prefix cache, KV compression or weight streaming written in
-the scenario's plan applies to every row. ``tests/plan/test_vector_serving.py``
-checks every row of small spaces against the scalar ledger.
+:func:`aitrinity.cost.estimate.price_serving_ledger` -- the operator model's steady state at fixed
+concurrency (``mode: concurrency``, the default; the same :func:`~aitrinity.cost.concurrency.steady_state`
+on the rows' arrays) or the static-batch roofline -- for rows that share a model, a job, a system and a
+layout ``(tp, pp)`` and differ in batch size (the concurrency), the fraction of the KV cache offloaded
+to host memory, weight quantization and KV quantization. A prefix cache, KV compression or weight
+streaming written in the scenario's plan applies to every row. ``tests/plan/test_vector_serving.py``
+checks every row of small spaces against the one-plan path.
 """
 
 from __future__ import annotations
@@ -17,10 +18,20 @@ import numpy as np
 from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
+from aitrinity.cost.concurrency import steady_state
+from aitrinity.cost.estimate import GPU_CHANNELS
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
+from aitrinity.cost.operators import Layout
 from aitrinity.cost.params import count
-from aitrinity.cost.serving import CHANNEL_OF_TIER, effects, logits_bytes_per_sequence, prefill_workspace_bytes
+from aitrinity.cost.serving import (
+    CHANNEL_OF_TIER,
+    ServingEffects,
+    effects,
+    logits_bytes_per_sequence,
+    prefill_workspace_bytes,
+)
 from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
@@ -41,7 +52,13 @@ REASONS = (
     "quantization to no fewer bytes",
     "offload needs host memory",
 )
-RESOURCES = ("compute", "device-memory bandwidth", "link")
+RESOURCES = (
+    "compute",
+    "device-memory bandwidth",
+    "link",
+    "operator launch / collective latency",
+    "other requests' prefill in the step",
+)
 SEARCHED = ("kv-offload", "weight-quantization", "kv-quantization")
 
 
@@ -98,7 +115,10 @@ def price_rows(
     rows: ServingRows,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
+    kernels: Kernels | None = None,
 ) -> ServingPriced:
+    """Price every row for layout ``(tp, pp)``; ``kernels`` time the steady state's operators at fixed
+    concurrency (default: the device's catalog roofline)."""
     n = len(rows)
     # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the scalar code sees them
     fixed = base.model_copy(
@@ -153,9 +173,8 @@ def price_rows(
             ch = "inter_node" if cross_pp else "intra_node"
             add(c_bytes, c_msgs, ch, (pp - 1) * payload, np.full(n, float(pp - 1)))
 
-    def phase_time(
-        flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F], operators: F | float
-    ) -> tuple[F, F, Ints]:
+    def resources(flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F]) -> Phase:
+        """:func:`aitrinity.cost.estimate.resource_times`, row-wise."""
         eff = system.eff
         curve = (
             eff.compute
@@ -163,41 +182,39 @@ def price_rows(
             else eff.compute * rows_per_gemm / (rows_per_gemm + eff.compute_half_rows)
         )
         compute = flops / (system.device.peak_flops_for(base.compute_dtype) * curve)
-        times = [compute, hbm / (system.device.memory_bandwidth_Bps * eff.memory)]
         moved = np.zeros(n)
-        links = np.zeros(n)
+        links: dict[str, F] = {}
         for ch in c_bytes:
             spec = system.channel(ch)
-            t = c_msgs[ch] * spec.latency_s + c_bytes[ch] / spec.bandwidth_Bps
-            times.append(t)
-            links = np.maximum(links, t)
+            links[ch] = c_msgs[ch] * spec.latency_s + c_bytes[ch] / spec.bandwidth_Bps
             moved = moved + c_bytes[ch]
-        binding: Ints = np.argmax(np.stack([compute, times[1], links]), axis=0)
-        return combine(times, system) + operators * system.eff.op_overhead_s, moved, binding
+        return Phase(compute, hbm / (system.device.memory_bandwidth_Bps * eff.memory), links, moved)
+
+    def prefill(Bv: F) -> tuple[Phase, F]:
+        """The prefill of ``Bv`` prompts per row: its resources and its operators launched."""
+        pre_flops = Bv * (new * tf.dense + causal_score_flops(m, cached, new))
+        chunk = np.maximum(np.minimum(Bv * new, fplan.prefill_chunk_tokens), 1.0)
+        passes = np.ceil(Bv * new / chunk)
+        read = weights_read(chunk)
+        kv_written = Bv * (kv_tokens_held(m, P) - kv_tokens_held(m, cached)) * kv_tok
+        kv_loaded = Bv * kv_tokens_held(m, cached) * kv_tok
+        hbm = passes * read + kv_written + kv_loaded
+        pb: dict[str, F] = {}
+        pm: dict[str, F] = {}
+        tp_pp(Bv * new, pb, pm)
+        if fx.weight_stream:
+            add(pb, pm, fx.weight_stream.channel, passes * ws_frac * read * pp, passes * L)
+        if fx.prefix_tier != "hbm" and cached:
+            add(pb, pm, CHANNEL_OF_TIER[fx.prefix_tier], kv_loaded * ratio * pp, np.full(n, float(L)))
+            hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)
+        add(pb, pm, "host", f * kv_written * ratio * pp, np.where(f > 0, float(L), 0.0))
+        dequant = np.where(quantized, 2.0, 0.0) * passes * read / wq_bytes
+        return resources(pre_flops / tp + dequant * pp, chunk, hbm * pp, pb, pm), passes * L * OPERATORS_PER_LAYER
 
     # --- prefill
     cached = int(fx.prefix_hit * P)
     new = P - cached
-    pre_flops = B * (new * tf.dense + causal_score_flops(m, cached, new))
-    chunk = np.maximum(np.minimum(B * new, fplan.prefill_chunk_tokens), 1.0)
-    passes = np.ceil(B * new / chunk)
-    read = weights_read(chunk)
-    kv_written = B * (kv_tokens_held(m, P) - kv_tokens_held(m, cached)) * kv_tok
-    kv_loaded = B * kv_tokens_held(m, cached) * kv_tok
-    hbm = passes * read + kv_written + kv_loaded
-    pb: dict[str, F] = {}
-    pm: dict[str, F] = {}
-    tp_pp(B * new, pb, pm)
-    if fx.weight_stream:
-        add(pb, pm, fx.weight_stream.channel, passes * ws_frac * read * pp, passes * L)
-    if fx.prefix_tier != "hbm" and cached:
-        add(pb, pm, CHANNEL_OF_TIER[fx.prefix_tier], kv_loaded * ratio * pp, np.full(n, float(L)))
-        hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)
-    add(pb, pm, "host", f * kv_written * ratio * pp, np.where(f > 0, float(L), 0.0))
-    dequant = np.where(quantized, 2.0, 0.0) * passes * read / wq_bytes
-    ttft, moved_pre, _ = phase_time(
-        pre_flops / tp + dequant * pp, chunk, hbm * pp, pb, pm, passes * L * OPERATORS_PER_LAYER
-    )
+    pre, pre_ops = prefill(B)
 
     # --- decode at the mean context
     c = P + n_out // 2
@@ -212,9 +229,7 @@ def price_rows(
         add(db, dm, fx.weight_stream.channel, ws_frac * read_d * pp, np.full(n, float(L)))
     add(db, dm, "host", f * kv * ratio * pp, np.where(f > 0, float(L), 0.0))
     dequant_d = np.where(quantized, 2.0, 0.0) * read_d / wq_bytes
-    tpot, moved_dec, binding = phase_time(
-        dec_flops / tp + dequant_d * pp, B, hbm_d * pp, db, dm, float(L * OPERATORS_PER_LAYER)
-    )
+    dec = resources(dec_flops / tp + dequant_d * pp, B, hbm_d * pp, db, dm)
 
     # --- memory
     ctx = P + n_out
@@ -228,22 +243,49 @@ def price_rows(
     host_mem = kv_mem * f + (weights * ws_frac if fx.weight_stream and fx.weight_stream.tier == "host" else 0.0)
     host_mem = host_mem + (cache_share if fx.prefix_tier == "host" else 0.0)
 
+    host_cap = system.tier_capacity_per_device("host")
+    mem_over = hbm_mem > system.usable_memory_bytes
+    lower_over = (host_mem > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, cache_share, n)
+    no_gain = (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv))
+    no_host = (f > 0) & (host_cap is None)
+
     # --- metrics
     replicas = system.num_devices // (tp * pp)
-    latency = ttft + n_out * tpot
-    out_tokens = B * n_out * pp * replicas
     price = system.price_per_hour_usd
-    usd = price * system.num_devices * latency / 3600.0 / out_tokens * 1e6 if price is not None else np.full(n, np.nan)
-    joules = system.power_W * system.num_devices * latency / out_tokens
+    if job.mode == "concurrency":  # rows that cannot run are not priced (NaN): most of the search's time
+        one, _ = prefill(np.ones(n))
+        k = kernels or roofline(system.device)
+        runs = ~(mem_over | lower_over | no_gain | no_host)
+        ttft, tpot, binding = _steady(m, k, system, fplan, fx, base.ep, tp, rows, job, one, dec, runs)
+        latency = ttft + (n_out - 1) * tpot
+        rate = B * n_out / latency * replicas
+        tokens_per_s = throughput = rate
+        usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(n, np.nan)
+        joules = system.power_W * system.num_devices / rate
+        moved_pre = one.moved
+    else:
+        ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
+        tpot = combine(dec.times(), system) + float(L * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
+        binding = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
+        latency = ttft + n_out * tpot
+        out_tokens = B * n_out * pp * replicas
+        tokens_per_s = B * pp * replicas / tpot
+        throughput = out_tokens / latency
+        usd = (
+            price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
+            if price is not None
+            else np.full(n, np.nan)
+        )
+        joules = system.power_W * system.num_devices * latency / out_tokens
+        moved_pre = pre.moved
 
-    host_cap = system.tier_capacity_per_device("host")
     checks = [
-        hbm_mem > system.usable_memory_bytes,
-        (host_mem > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, cache_share, n),
+        mem_over,
+        lower_over,
         ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
         tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
-        (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv)),
-        (f > 0) & (host_cap is None),
+        no_gain,
+        no_host,
     ]
     reason = first_failed(checks, n)
     return ServingPriced(
@@ -252,14 +294,79 @@ def price_rows(
         ttft_s=ttft,
         tpot_s=tpot,
         latency_s=latency,
-        tokens_per_s=B * pp * replicas / tpot,
-        throughput_tokens_per_s=out_tokens / latency,
+        tokens_per_s=tokens_per_s,
+        throughput_tokens_per_s=throughput,
         hbm_bytes=hbm_mem,
-        link_bytes=moved_pre + n_out * moved_dec,
+        link_bytes=moved_pre + n_out * dec.moved,
         usd_per_million_tokens=usd,
         joules_per_token=joules,
         binding=binding,
     )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase's roofline resources, row-wise: compute, device memory, each link channel; bytes moved."""
+
+    compute: F
+    hbm: F
+    links: dict[str, F]
+    moved: F
+
+    def times(self) -> list[F]:
+        return [self.compute, self.hbm, *self.links.values()]
+
+    def link_max(self) -> F:
+        out: F = np.max(np.stack([np.zeros_like(self.compute), *self.links.values()]), axis=0)
+        return out
+
+    def floor(self) -> F:
+        out: F = np.max(np.stack(self.times()), axis=0)
+        return out
+
+    def streams(self) -> list[F]:
+        """Links the operator model does not time (host, storage, remote: exchanges' streams)."""
+        return [t for ch, t in self.links.items() if ch not in GPU_CHANNELS]
+
+
+def _steady(
+    m: ModelSpec,
+    k: Kernels,
+    system: System,
+    fplan: Plan,
+    fx: ServingEffects,
+    ep: int,
+    tp: int,
+    rows: ServingRows,
+    job: ServingJob,
+    one: Phase,
+    dec: Phase,
+    runs: NDArray[np.bool_],
+) -> tuple[F, F, Ints]:
+    """TTFT, TPOT and the binding resource of every row at fixed concurrency, as
+    :func:`aitrinity.cost.estimate.price_concurrency` prices one plan: the steady state of each (weight
+    dtype, KV dtype) group of rows, exchanges' streams combined under the overlap model, never faster
+    than the roofline's slowest resource (one request's prefill for TTFT, the row's decode for TPOT)."""
+    n = len(rows)
+    ttft_op, tpot_op, dec_step, interference = (np.full(n, np.nan) for _ in range(4))
+    groups = set(zip(rows.weight_dtype[runs].tolist(), rows.kv_dtype[runs].tolist(), strict=True))
+    for wi, ki in sorted(groups):
+        sel = (rows.weight_dtype == wi) & (rows.kv_dtype == ki) & runs
+        wd = fplan.weights_dtype if wi == 0 else WEIGHT_DTYPES[wi]
+        kd = fplan.cache_dtype if ki == 0 else KV_DTYPES[ki]
+        lay = Layout(tp, ep, wd, kd, system.engine)
+        batches, at = np.unique(rows.batch[sel], return_inverse=True)  # offload fractions share a steady state
+        ss = steady_state(
+            m, k, lay, batches, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit
+        )
+        ttft_op[sel], tpot_op[sel] = ss.ttft_s[at], ss.tpot_s[at]
+        dec_step[sel], interference[sel] = ss.decode_step.total[at], ss.interference_s[at]
+    ttft = np.maximum(combine([ttft_op, *one.streams()], system), one.floor())
+    tpot = np.maximum(combine([tpot_op, *dec.streams()], system), dec.floor())
+    latency = np.maximum(dec_step - dec.floor(), 0.0)
+    parts = np.nan_to_num(np.stack([dec.compute, dec.hbm, dec.link_max(), latency, interference]))
+    binding: Ints = np.argmax(parts, axis=0)
+    return ttft, tpot, binding
 
 
 def _lower_tier_over(system: System, tier: str, share: float, n: int) -> NDArray[np.bool_]:

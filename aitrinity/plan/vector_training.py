@@ -308,33 +308,33 @@ def price_rows(
     dpn = system.devices_per_node
     ch_bytes = {c: np.zeros(n) for c in _CHANNELS}
     ch_msgs = {c: np.zeros(n) for c in _CHANNELS}
-    timed = {c: (np.zeros(n), np.zeros(n)) for c in ("intra_node", "inter_node")}  # the operator model's own
+    timed_bytes = {c: np.zeros(n) for c in ("intra_node", "inter_node")}  # what the operator model times itself
+    timed_msgs = {c: np.zeros(n) for c in timed_bytes}
 
     def add(
         kind: coll.Collective, payload: F | float, group: int, times: F | float, stride: int, ops: bool = False
-    ) -> None:
+    ) -> F:
+        """Add a collective's bytes and messages to its channel; returns its α-β time on that channel."""
         if group <= 1 and kind != "p2p":
-            return
+            return np.zeros(n)
         crosses = coll.crosses_nodes(stride, group if kind != "p2p" else 2, dpn) and system.inter_node_link
         c = "inter_node" if crosses else "intra_node"
         nbytes, msgs = times * coll.bytes_sent(kind, 1.0, group) * payload, times * coll.steps(kind, group)
         ch_bytes[c] += nbytes
         ch_msgs[c] += msgs
         if ops:
-            timed[c][0][:] += nbytes
-            timed[c][1][:] += msgs
+            timed_bytes[c] += nbytes
+            timed_msgs[c] += msgs
+        spec = system.channel(c)
+        out: F = np.broadcast_to(msgs * spec.latency_s + nbytes / spec.bandwidth_Bps, (n,))
+        return out
 
     layers_peak = np.array([dl + ml for dl, ml in L.layers])[peak]
     moe_peak = np.array([ml for _, ml in L.layers])[peak]
     a_bytes = b * s * h * act
     extra = np.where(rec == 2, 2.0, 0.0)
     add("all-reduce", a_bytes, t, layers_peak * mb * (4.0 + extra), 1, ops=True)
-    pp_bytes, pp_msgs = {c: np.zeros(n) for c in timed}, {c: np.zeros(n) for c in timed}
-    if p > 1:
-        before = {c: (timed[c][0].copy(), timed[c][1].copy()) for c in timed}
-        add("p2p", a_bytes / t, p, 2.0 * mb, t * d, ops=True)
-        for c in timed:
-            pp_bytes[c], pp_msgs[c] = timed[c][0] - before[c][0], timed[c][1] - before[c][1]
+    send = add("p2p", a_bytes / t, p, 2.0 * mb, t * d, ops=True) if p > 1 else np.zeros(n)
     gather = np.array([L.sync[c].collective == "all-gather" for c in COMPRESSION])[comp]
     for params, group, stride in ((rep_peak, d, t), (exp_peak, d // e, t * e)):
         if not np.any(params > 0):
@@ -386,20 +386,18 @@ def price_rows(
         # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
         combos, inv = np.unique(rows.micro_batch * 6 + rec * 2 + sp, return_inverse=True)
         ub = (combos // 6).astype(np.float64)
-        micro = MicroBatch(ub * s, ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype)
+        micro = MicroBatch(ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype)
         per_mb = slowest_stage(m, kernels, t, p, e, micro)
         per_mb = ClassTimes(*(getattr(per_mb, c)[inv] for c in TRAIN_OPERATOR_CLASSES))
-        chan = {c: system.channel(c) for c in timed}
-        send = sum(pp_msgs[c] * chan[c].latency_s + pp_bytes[c] / chan[c].bandwidth_Bps for c in timed)
         opt_bytes = np.where(off, 0.0, 2.0 * opt_peak + at_peak(stage_g) + at_peak(stage_w))
         sched = schedule(per_mb, kernels, p, v, mb, send / mb, opt_bytes)
         exchange_s = overhead / rate
         ops_compute = mb * (sched.per_microbatch.gemm + sched.per_microbatch.attention) + exchange_s
         streams = []
         for i, c in enumerate(_CHANNELS):
-            if c in timed:
+            if c in timed_bytes:
                 spec = system.channel(c)
-                rest_b, rest_m = ch_bytes[c] - timed[c][0], ch_msgs[c] - timed[c][1]
+                rest_b, rest_m = ch_bytes[c] - timed_bytes[c], ch_msgs[c] - timed_msgs[c]
                 streams.append(rest_m * spec.latency_s + rest_b / spec.bandwidth_Bps)
             else:
                 streams.append(times[2 + i])

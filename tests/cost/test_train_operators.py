@@ -22,7 +22,7 @@ def setup():
 
 
 def _mb(rec=0, sp=False, flash=True, b=1, s=2048):
-    return MicroBatch(b * s, b, s, rec, sp, flash, "bf16")
+    return MicroBatch(b, s, rec, sp, flash, "bf16")
 
 
 def test_full_recomputation_repeats_the_forward(setup):
@@ -57,7 +57,7 @@ def test_materialized_scores_cost_more_than_flash_attention(setup):
 def test_rows_broadcast_to_the_same_numbers_as_one_plan_each(setup):
     m, k = setup
     b, rec, sp = np.array([1, 2, 4, 1]), np.array([0, 1, 2, 2]), np.array([False, True, False, True])
-    batch = stage_times(m, k, 4, 1, MicroBatch(b * 1024, b, 1024, rec, sp, True, "bf16"), 8, 0, True, False)
+    batch = stage_times(m, k, 4, 1, MicroBatch(b, 1024, rec, sp, True, "bf16"), 8, 0, True, False)
     for i in range(len(b)):
         one = stage_times(m, k, 4, 1, _mb(int(rec[i]), bool(sp[i]), b=int(b[i]), s=1024), 8, 0, True, False)
         assert batch.total[i] == pytest.approx(float(one.total), rel=1e-12)

@@ -3,7 +3,7 @@ import typing
 import pytest
 
 from aitrinity import api
-from aitrinity.cost.estimate import price, price_training_ledger
+from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger
 from aitrinity.plan.breakeven import _per_unit, _scaled, _without, report
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.spec import exchanges as ex
@@ -128,7 +128,9 @@ def test_thresholds_are_where_the_verdict_flips(name):
             )
 
             def cost(p):  # priced as trinity diagnose prices it
-                return price_training_ledger(build(p), r.model, p, s) if w.training else price(build(p), s)
+                if w.training:
+                    return price_training_ledger(build(p), r.model, p, s)
+                return price_serving_ledger(build(p), r.model, p, w.serving, s)
 
             g = _per_unit(cost(r.scenario.plan)) - _per_unit(cost(_without(r.scenario.plan, i)))
             tol = 1e-6 * rep.time_per_unit_without_s

@@ -53,7 +53,9 @@ def test_serving_chain_reuses_prefixes_where_prefill_compute_binds():
     rep = api.plan("llama-70b-serving-long-context")
     ch = rep.chain
     prefix = next(s for s in ch.steps if s.exchange == "prefix-cache")
-    assert prefix.pathway == "memory->compute" and prefix.relieved == "compute"
+    # what it relieves is prefill compute: alone, or as other requests' prefill sharing the decode steps
+    assert prefix.pathway == "memory->compute"
+    assert prefix.relieved in ("compute", "other requests' prefill in the step")
     assert prefix.score_after < prefix.score_before
     assert len(set(ch.pathways)) >= 2
     best = rep.search.best

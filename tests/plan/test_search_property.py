@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aitrinity import catalog
-from aitrinity.cost.estimate import price, price_training_ledger
+from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger
 from aitrinity.cost.serving import serving_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.plan.search import Space, search_training
@@ -59,8 +59,8 @@ def test_serving_plans_returned_are_feasible(name, n, device, host, prompt, out)
     job = ServingJob(prompt_tokens=min(prompt, m.max_seq_len - out), output_tokens=out, batch=4)
     res = search_serving(m, job, Plan(), system, "throughput", top=3)
     for c in [*res.top, *res.pareto[:5]]:
-        led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), c.plan(Plan()), system)
-        est = price(led, system)
+        row_job, plan = job.model_copy(update={"batch": c.batch}), c.plan(Plan())
+        est = price_serving_ledger(serving_ledger("s", m, row_job, plan, system), m, plan, row_job, system)
         assert _fits(est)
         assert abs(est.serving.throughput_tokens_per_s / c.throughput_tokens_per_s - 1) < 1e-9
 

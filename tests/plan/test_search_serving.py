@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from aitrinity import catalog
-from aitrinity.cost.estimate import price
+from aitrinity.cost.estimate import price_serving_ledger
 from aitrinity.cost.serving import serving_ledger
 from aitrinity.plan.search_serving import search_serving
 from aitrinity.spec.scenario import Plan, ServingJob
@@ -16,8 +16,8 @@ def test_every_returned_serving_plan_is_feasible_under_the_scalar_model():
     res = search_serving(m, job, Plan(), system, "throughput", top=8, tpot_slo_s=0.05)
     assert res.best is not None
     for c in [*res.top, *res.pareto]:
-        led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), c.plan(Plan()), system)
-        est = price(led, system)
+        row_job, plan = job.model_copy(update={"batch": c.batch}), c.plan(Plan())
+        est = price_serving_ledger(serving_ledger("s", m, row_job, plan, system), m, plan, row_job, system)
         assert est.memory.fits and all(t.fits for t in est.lower_tiers)
         assert est.serving.tpot_s <= 0.05
         assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
@@ -44,13 +44,12 @@ def test_serving_search_equals_brute_force(objective):
                     for k in KV_DTYPES:
                         from aitrinity.errors import SpecError
 
+                        row_job, plan = job.model_copy(update={"batch": b}), row_plan(Plan(), tp, pp, f, w, k)
                         try:
-                            led = serving_ledger(
-                                "s", m, job.model_copy(update={"batch": b}), row_plan(Plan(), tp, pp, f, w, k), system
-                            )
+                            led = serving_ledger("s", m, row_job, plan, system)
                         except SpecError:
                             continue
-                        est = price(led, system)
+                        est = price_serving_ledger(led, m, plan, row_job, system)
                         if not (est.memory.fits and all(t.fits for t in est.lower_tiers)):
                             continue
                         s = est.serving
@@ -86,8 +85,8 @@ def test_prefix_cache_capacity_is_searched_from_the_trace():
     caps = {c.prefix_capacity_bytes for c in res.pareto}
     assert len(caps) >= 2 and None not in caps
     for c in res.top:
-        led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), c.plan(base), system)
-        est = price(led, system)
+        row_job, plan = job.model_copy(update={"batch": c.batch}), c.plan(base)
+        est = price_serving_ledger(serving_ledger("s", m, row_job, plan, system), m, plan, row_job, system)
         assert est.memory.fits and all(t.fits for t in est.lower_tiers)
         assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
         assert 0 < c.prefix_hit_rate < 0.4
