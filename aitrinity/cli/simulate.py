@@ -17,124 +17,148 @@ if TYPE_CHECKING:
     from aitrinity.spec.hardware import DeviceSpec
     from aitrinity.spec.model import ModelSpec
 
-SCENARIOS = ("prefill-cluster", "serving", "diurnal-serving", "training-link", "edge-stream", "sweep")
-HELP = """scenarios:
-  prefill-cluster   a request trace over N prefill instances, per-instance prefix caches vs one global pool
-  serving           a request trace over N instances: continuous batching, chunked prefill, KV limit, preemption
-  diurnal-serving   a generated day of chat traffic; how many instances per period: static vs adaptive vs oracle
-  training-link     data-parallel training whose link degrades; static plans vs adaptive vs oracle
-  edge-stream       a camera stream whose uplink swings (an edge scenario); static splits vs adaptive vs oracle
-  sweep             training-link and edge-stream x seeds x every policy on a pool of worker processes
+EXAMPLES = {
+    "prefill-cluster": [
+        "trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M"
+    ],
+    "serving": [
+        "trinity simulate serving --model llama-3.1-8b --instances 8      (the built-in conversation trace)",
+        "trinity simulate serving --concurrency 32 --isl 1024 --osl 512 --engine trtllm   a benchmark's closed loop",
+    ],
+    "diurnal-serving": [
+        "trinity simulate diurnal-serving                       (llama-3.1-8b on up to 6 L4s; about 3 minutes)",
+        "trinity simulate diurnal-serving --day 1200 --period-s 30 --policy static:5,adaptive,oracle",
+    ],
+    "training-link": [
+        "trinity simulate training-link                         (the built-in degrading link)",
+        "trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json",
+    ],
+    "edge-stream": [
+        "trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)",
+        "trinity simulate edge-stream --edge my-edge.yaml --trace uplink.csv --duration 600",
+    ],
+    "sweep": ["trinity simulate sweep --seeds 0-4 --workers 2      every policy of both, 5 seeds, mean per policy"],
+}
 
-examples:
-  trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M
-  trinity simulate serving --trace data/traces/mooncake_conversation_trace.jsonl --model llama-3.1-8b --instances 8
-  trinity simulate diurnal-serving                       (llama-3.1-8b on up to 6 L4s; about 3 minutes)
-  trinity simulate diurnal-serving --day 1200 --period-s 30 --policy static:5,adaptive,oracle
-  trinity simulate training-link                         (the built-in degrading link)
-  trinity simulate training-link --trace link.csv --policy static:none,adaptive,oracle --json
-  trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)
-  trinity simulate edge-stream --edge my-edge.yaml --trace uplink.csv --duration 600
-  trinity simulate sweep --seeds 0-4 --workers 2      every policy of both, 5 seeds, mean per policy
+SUMMARY = {
+    "prefill-cluster": "a request trace over N prefill instances: per-instance prefix caches vs one global pool",
+    "serving": "a request trace, or a fixed-concurrency benchmark, over N instances: continuous batching",
+    "diurnal-serving": "a generated day of chat traffic: instances per period, static vs adaptive vs oracle",
+    "training-link": "data-parallel training whose link degrades: static plans vs adaptive vs oracle",
+    "edge-stream": "a camera stream whose uplink swings: static splits vs adaptive vs oracle",
+    "sweep": "training-link and edge-stream x seeds x every policy on a pool of worker processes",
+}
 
-A link trace has 'time_s, Mbit/s' per line; the bandwidth holds until the next line.
-"""
+
+HELP = (
+    "scenarios (each with its own options: trinity simulate SCENARIO --help):\n"
+    + "\n".join(f"  {name:17s} {text}" for name, text in SUMMARY.items())
+    + "\n\nexamples:\n"
+    + "\n".join(f"  {x}" for xs in EXAMPLES.values() for x in xs)
+    + "\n\nA link trace has 'time_s, Mbit/s' per line; the bandwidth holds until the next line.\n"
+)
 
 
 def add_parser(sub: Any) -> None:
+    """``trinity simulate SCENARIO [options]``: each scenario has its own options (and its own --help)."""
     p = sub.add_parser(
         "simulate",
-        help="discrete-event simulation: prefill cluster caches, training on a changing link",
+        help="discrete-event simulation: prefill cluster caches, serving, training on a changing link",
         description="Simulate a scenario event by event, every event priced by the cost model.",
         epilog=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("scenario", choices=SCENARIOS, metavar="SCENARIO", help=", ".join(SCENARIOS))
-    p.add_argument("--trace", help="prefill-cluster: request trace (JSONL); training-link: link trace")
-    p.add_argument("--policy", default="all", help="training-link: comma list of static:<method>, adaptive, oracle")
-    p.add_argument("--steps", type=count(1, 10**7), default=2000, help="training-link: steps (default 2000)")
+    scen = p.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    s: dict[str, argparse.ArgumentParser] = {
+        name: scen.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog="examples:\n" + "\n".join(f"  {x}" for x in EXAMPLES[name]),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        for name, text in SUMMARY.items()
+    }
+    for name in ("prefill-cluster", "serving", "diurnal-serving", "training-link", "edge-stream"):
+        s[name].add_argument("--seed", type=count(0, 2**32 - 1), default=0)
+    for name, default in (("training-link", "the built-in degrading link"), ("edge-stream", "the edge's uplink")):
+        s[name].add_argument("--trace", help=f"link trace, 'time_s, Mbit/s' per line (default: {default})")
+        s[name].add_argument("--policy", default="all", help="comma list of static:<choice>, adaptive, oracle")
+    for name in ("prefill-cluster", "serving"):
+        s[name].add_argument("--trace", help="request trace, Mooncake JSONL (default: the built-in conversation trace)")
+        s[name].add_argument("--capacity", default="3.2M", help="total prefix-cache tokens (default 3.2M)")
+    for name, dev in (("prefill-cluster", "8 per instance, default h100-sxm"), ("serving", "default h100-sxm")):
+        s[name].add_argument("--device", help=f"catalog device ({dev})")
+    s["prefill-cluster"].add_argument("--model", help="catalog model (default llama-3.1-70b)")
+    s["prefill-cluster"].add_argument("--instances", type=count(1, 10**5), default=16, help="instances (default 16)")
+    s["prefill-cluster"].add_argument("--cache", default="both", help="local, global or both (default)")
+    _training_options(s["training-link"])
+    _edge_options(s["edge-stream"])
+    _serving_options(s["serving"])
+    _diurnal_options(s["diurnal-serving"])
+    sw = s["sweep"]
+    sw.add_argument("--sweep", default="training-link,edge-stream", help="scenarios (comma list)")
+    sw.add_argument("--seeds", default="0-2", help="seeds, as 0-4 or 0,3,7 (default 0-2)")
+    sw.add_argument("--workers", type=count(1, 1024), help="worker processes (default: the CPUs available)")
+    sw.add_argument("--policy", default="all", help="comma list of static:<choice>, adaptive, oracle")
+    _training_options(sw)
+    _edge_options(sw)
+
+
+def _training_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=count(1, 10**7), default=2000, help="training steps (default 2000)")
+    p.add_argument("--period", type=count(1, 10**7), default=10, help="steps between re-plans (default 10)")
+
+
+def _edge_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--edge", default="camera-analytics-edge", help="edge scenario (name or file)")
     p.add_argument(
-        "--period", type=count(1, 10**7), default=10, help="training-link: steps between re-plans (default 10)"
+        "--duration", type=number(1.0, 1e7, low_open=False), default=200.0, help="seconds of frames (default 200)"
     )
-    p.add_argument("--seed", type=count(0, 2**32 - 1), default=0)
-    p.add_argument("--edge", default="camera-analytics-edge", help="edge-stream: edge scenario (name or file)")
+
+
+def _serving_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="catalog model (default llama-3.1-8b)")
+    p.add_argument("--instances", type=count(1, 10**5), help="instances (default 16; with --concurrency: 1)")
+    p.add_argument("--prefill-instances", type=count(0, 10**5), default=0, help="disaggregate: prefill-only instances")
+    p.add_argument("--prefix-cache", default="none", choices=["none", "local", "global"], help="prefix cache")
+    p.add_argument("--cache-load", default="25GB/s", help="prefix-cache load bandwidth (default 25GB/s)")
+    p.add_argument("--kv-link", default="ethernet-400g", help="the prefill -> decode KV link (catalog link)")
+    p.add_argument("--slo-ttft", default="2s", help="TTFT objective for goodput (default 2s)")
+    p.add_argument("--slo-tpot", default="100ms", help="TPOT objective for goodput (default 100ms)")
     p.add_argument(
-        "--duration",
-        type=number(1.0, 1e7, low_open=False),
-        default=200.0,
-        help="edge-stream: seconds of frames (default 200)",
+        "--concurrency", type=count(1, 10**5), help="replay a fixed-concurrency benchmark (closed loop), not a trace"
     )
-    p.add_argument("--sweep", default="training-link,edge-stream", help="sweep: scenarios (comma list)")
-    p.add_argument("--seeds", default="0-2", help="sweep: seeds, as 0-4 or 0,3,7 (default 0-2)")
-    p.add_argument("--workers", type=count(1, 1024), help="sweep: worker processes (default: the CPUs available)")
-    p.add_argument(
-        "--instances",
-        type=count(1, 10**5),
-        help="prefill-cluster / serving: instances (default 16; serving --concurrency: 1)",
-    )
-    p.add_argument(
-        "--capacity", default="3.2M", help="prefill-cluster / serving --prefix-cache: total cache tokens (default 3.2M)"
-    )
-    p.add_argument("--cache", default="both", help="prefill-cluster: local, global or both (default)")
-    p.add_argument("--model", help="catalog model (default llama-3.1-70b; serving and diurnal-serving: llama-3.1-8b)")
-    p.add_argument(
-        "--device",
-        help="device (prefill-cluster: 8 per instance; serving: 1; default h100-sxm; diurnal-serving: 1, default l4)",
-    )
-    p.add_argument(
-        "--day",
-        type=number(1.0, 1e7, low_open=False),
-        default=9600.0,
-        help="diurnal-serving: seconds of the day (default 9600)",
-    )
-    p.add_argument(
-        "--period-s",
-        type=number(1.0, 1e7, low_open=False),
-        default=240.0,
-        help="diurnal-serving: seconds a plan holds (default 240)",
-    )
-    p.add_argument("--rate", type=number(0.0, 1e6), default=3.0, help="diurnal-serving: peak requests/s (default 3)")
-    p.add_argument(
-        "--max-instances", type=count(1, 10**4), default=6, help="diurnal-serving: instances at most (default 6)"
-    )
-    p.add_argument(
-        "--prefill-instances",
-        type=count(0, 10**5),
-        default=0,
-        help="serving: disaggregate, this many prefill-only instances",
-    )
-    p.add_argument("--prefix-cache", default="none", choices=["none", "local", "global"], help="serving: prefix cache")
-    p.add_argument("--cache-load", default="25GB/s", help="serving: prefix-cache load bandwidth (default 25GB/s)")
-    p.add_argument("--kv-link", default="ethernet-400g", help="serving: the prefill -> decode KV link (catalog link)")
-    p.add_argument("--slo-ttft", default="2s", help="serving: TTFT objective for goodput (default 2s)")
-    p.add_argument("--slo-tpot", default="100ms", help="serving: TPOT objective for goodput (default 100ms)")
-    p.add_argument(
-        "--concurrency",
-        type=count(1, 10**5),
-        help="serving: replay a fixed-concurrency benchmark (closed loop) instead of a trace",
-    )
-    p.add_argument("--isl", type=count(1, 10**7), default=1024, help="serving --concurrency: prompt tokens (1024)")
-    p.add_argument("--osl", type=count(1, 10**7), default=256, help="serving --concurrency: output tokens (256)")
-    p.add_argument(
-        "--requests", type=count(1, 10**7), help="serving --concurrency: requests in all (default 10 x concurrency)"
-    )
-    p.add_argument("--tp", type=count(1, 64), default=1, help="serving: GPUs per instance, tensor parallel (default 1)")
+    p.add_argument("--isl", type=count(1, 10**7), default=1024, help="with --concurrency: prompt tokens (1024)")
+    p.add_argument("--osl", type=count(1, 10**7), default=256, help="with --concurrency: output tokens (256)")
+    p.add_argument("--requests", type=count(1, 10**7), help="with --concurrency: requests (default 10 x concurrency)")
+    p.add_argument("--tp", type=count(1, 64), default=1, help="GPUs per instance, tensor parallel (default 1)")
     p.add_argument(
         "--engine",
         choices=("generic", "trtllm", "vllm", "sglang"),
-        help="serving: time iterations with the operator model and this engine's kernels and scheduling profile "
+        help="time iterations with the operator model and this engine's kernels and scheduling profile "
         "(default with --concurrency: generic, the catalog's kernel parameters)",
     )
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp4"), help="serving --engine: weights dtype")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp4"), help="with --engine: weights dtype")
+    p.add_argument("--token-budget", type=count(1, 10**7), default=2048, help="tokens per iteration at most (2048)")
+
+
+def _diurnal_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="catalog model (default llama-3.1-8b)")
+    p.add_argument("--device", help="catalog device, one per instance (default l4)")
     p.add_argument(
-        "--token-budget", type=count(1, 10**7), default=2048, help="serving: tokens per iteration at most (2048)"
+        "--day", type=number(1.0, 1e7, low_open=False), default=9600.0, help="seconds of the day (default 9600)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--period-s", type=number(1.0, 1e7, low_open=False), default=240.0, help="seconds a plan holds (default 240)"
+    )
+    p.add_argument("--rate", type=number(0.0, 1e6), default=3.0, help="peak requests/s (default 3)")
+    p.add_argument("--max-instances", type=count(1, 10**4), default=6, help="instances at most (default 6)")
+    p.add_argument("--policy", default="all", help="comma list of static:<n>, adaptive, oracle")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.instances is None:
+    if args.scenario == "serving" and args.instances is None:
         args.instances = 1 if args.concurrency else 16
     if args.scenario == "prefill-cluster":
         return _prefill(args)
