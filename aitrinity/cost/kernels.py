@@ -120,6 +120,11 @@ class Kernels(Protocol):
         """An all-reduce of ``payload_bytes`` over ``gpus`` GPUs of one node (0 for one GPU)."""
         ...
 
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        """An all-to-all in which each of ``gpus`` GPUs holds ``payload_bytes`` and keeps its own ``1/gpus``
+        share (MoE token dispatch or combine; 0 for one GPU)."""
+        ...
+
     def elementwise(self, nbytes: ArrayLike) -> Array:
         """A memory-bound kernel moving ``nbytes`` (norms, activations, residual adds, embedding gathers)."""
         ...
@@ -172,6 +177,16 @@ class RooflineKernels:
             return np.zeros(size.shape)
         c = self.params.all_reduce_for(gpus)
         return c.latency_s + 2.0 * (gpus - 1) / gpus * size / c.bus_bandwidth_Bps
+
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        """``(n-1)/n`` of the payload leaves each GPU once, at the all-reduce's bus bandwidth and latency (an
+        all-reduce moves ``2(n-1)/n``: NCCL's bus-bandwidth convention, Jeaugey 2019, nccl-tests
+        PERFORMANCE.md)."""
+        size = _as(payload_bytes)
+        if gpus <= 1:
+            return np.zeros(size.shape)
+        c = self.params.all_reduce_for(gpus)
+        return c.latency_s + (gpus - 1) / gpus * size / c.bus_bandwidth_Bps
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.params.elementwise_launch_s + _as(nbytes) / (
@@ -254,6 +269,11 @@ class TableKernels:
             self.fallbacks.add(f"all-reduce over {gpus} GPUs")
             return self.fallback.all_reduce(size, gpus)
         return grid(size)
+
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        if gpus > 1:
+            self.fallbacks.add(f"all-to-all over {gpus} GPUs")  # the tables' alltoall files are not read yet
+        return self.fallback.all_to_all(payload_bytes, gpus)
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.fallback.elementwise(nbytes)

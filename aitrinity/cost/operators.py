@@ -13,6 +13,8 @@ QKV projection  GEMM ``T x h -> (a + 2g)·d / tp``                     gemm
 attention       prefill (flash, causal) and decode (paged) kernels   attention
 O projection    GEMM ``T x a·d/tp -> h``                              gemm
 all-reduce      ``T·h`` bf16 over ``tp`` GPUs                         communication
+all-to-all      MoE with ``ep > 1``: ``T·k·h`` bf16 dispatched, then  communication
+                combined, over ``ep`` GPUs (GShard, Lepikhin 2020)
 gate/up, down   GEMMs ``T x h -> 2f/tp`` (gated) and ``T x f/tp -> h`` gemm
 MoE             router GEMM; the experts the batch touches, each a    gemm
                 GEMM of its share of the ``T·k`` routed tokens
@@ -44,7 +46,7 @@ OPERATOR_CLASSES = ("gemm", "attention", "communication", "elementwise", "engine
 OPERATOR_LABELS = {
     "gemm": "GEMMs (projections, MLP, LM head)",
     "attention": "attention kernels",
-    "communication": "TP all-reduces (collective latency)",
+    "communication": "TP all-reduces, EP all-to-alls (collective latency)",
     "elementwise": "element-wise kernels (launch-bound)",
     "engine": "engine per-step overhead (scheduler, sampling)",
 }
@@ -152,6 +154,9 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     gemm = layers * (qkv + o_proj) + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
+    if m.moe and lay.ep > 1:  # EP: each MoE layer dispatches its tokens' top-k copies and combines them back
+        routed = rows * m.moe.experts_per_token * h * 2.0
+        comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen).shape
     engine = np.full(shape, float(step_overhead_s))

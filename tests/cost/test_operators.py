@@ -59,3 +59,18 @@ def test_moe_touches_more_experts_as_the_batch_grows(k):
     m = catalog.model("mixtral-8x7b")
     g = step_times(m, k, Layout(tp=2), StepShape(decode=np.array([1.0, 256.0]), context=1024)).gemm
     assert g[1] > g[0]
+
+
+def test_expert_parallel_moe_steps_pay_two_all_to_alls_per_moe_layer(k):
+    """GShard (Lepikhin et al. 2020, §2.2): the routed tokens' top-k copies go out to the experts' ranks and
+    come back; nothing else in the step changes with EP, and a dense model has no all-to-all."""
+    moe = catalog.model("mixtral-8x7b")
+    shape = StepShape(decode=32.0, context=2048.0)
+    one, two = step_times(moe, k, Layout(tp=1, ep=1), shape), step_times(moe, k, Layout(tp=1, ep=2), shape)
+    routed = 32.0 * moe.moe.experts_per_token * moe.hidden_size * 2.0
+    want = 2.0 * moe.num_moe_layers * float(k.all_to_all(routed, 2))
+    assert float(two.communication - one.communication) == pytest.approx(want)
+    assert float(two.attention) == float(one.attention) and float(two.elementwise) == float(one.elementwise)
+    assert float(k.all_to_all(routed, 1)) == 0.0
+    # (n-1)/n of the payload leaves each GPU: more of it over 4 GPUs than over 2, less than an all-reduce's 2(n-1)/n
+    assert float(k.all_to_all(1e9, 2)) < float(k.all_to_all(1e9, 4)) < float(k.all_reduce(1e9, 4))
