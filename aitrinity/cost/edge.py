@@ -202,9 +202,19 @@ def split_options(
     srv_t = list(server_times) if server_times is not None else node_times(table, server)
     if len(dev_t) != n or len(srv_t) != n:
         raise ValueError(f"node times for {len(dev_t)} / {len(srv_t)} nodes, the table has {n}")
-    down_B = downlink_Bps or uplink.bandwidth_Bps
-    down_lat = uplink.latency_s if downlink_latency_s is None else downlink_latency_s
-    ratios = dict(choices.lossless_ratio or {})
+    setting = _Setting(
+        table,
+        dev_t,
+        srv_t,
+        device,
+        server,
+        uplink,
+        choices,
+        dict(choices.lossless_ratio or {}),
+        result_bytes,
+        downlink_Bps or uplink.bandwidth_Bps,
+        uplink.latency_s if downlink_latency_s is None else downlink_latency_s,
+    )
     out: list[SplitOption] = []
     for k in range(n + 1):
         name = "input" if k == 0 else table.layers[k - 1].name
@@ -215,52 +225,47 @@ def split_options(
         else:
             codecs = choices.codecs
         shape = table.input_shape if k == 0 else table.layers[k - 1].out_shape
-        elems = math.prod(shape)
+        cut = _Cut(k, name, math.prod(shape), len(shape))
         for codec in codecs:
             for ll in ("none",) if k == n else choices.lossless:
-                out.append(
-                    _option(
-                        table,
-                        k,
-                        name,
-                        codec,
-                        ll,
-                        elems,
-                        len(shape),
-                        dev_t,
-                        srv_t,
-                        device,
-                        server,
-                        uplink,
-                        choices,
-                        ratios,
-                        result_bytes,
-                        down_B,
-                        down_lat,
-                    )
-                )
+                out.append(_option(setting, cut, codec, ll))
     return out
 
 
-def _option(
-    table: LayerTable,
-    k: int,
-    name: str,
-    codec: str,
-    ll: str,
-    elems: int,
-    ndim: int,
-    dev_t: list[float],
-    srv_t: list[float],
-    device: Processor,
-    server: Processor,
-    uplink: Uplink,
-    choices: Choices,
-    ratios: dict[str, float],
-    result_bytes: int,
-    down_B: float,
-    down_lat: float,
-) -> SplitOption:
+@dataclass(frozen=True)
+class _Setting:
+    """What every option of one network on one device / uplink / server shares."""
+
+    table: LayerTable
+    dev_t: list[float]
+    """Seconds per node on the device (roofline or measured)."""
+    srv_t: list[float]
+    device: Processor
+    server: Processor
+    uplink: Uplink
+    choices: Choices
+    ratios: dict[str, float]
+    """Measured lossless-coder ratios."""
+    result_bytes: int
+    down_Bps: float
+    down_latency_s: float
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """Where the network is split: after node ``k`` (0: the input, ``n``: all local), its tensor's size."""
+
+    k: int
+    name: str
+    elems: int
+    ndim: int
+
+
+def _option(st: _Setting, cut: _Cut, codec: str, ll: str) -> SplitOption:
+    """One split x codec x lossless coder: bytes each way, the time of every stage, device energy, accuracy."""
+    table, dev_t, srv_t = st.table, st.dev_t, st.srv_t
+    device, server, uplink, choices = st.device, st.server, st.uplink, st.choices
+    k, name, elems, ndim = cut.k, cut.name, cut.elems, cut.ndim
     n = len(table.layers)
     local = k == n
     why: str | None = None
@@ -271,11 +276,11 @@ def _option(
         raw = payload_bytes(elems, codec)
         payload = raw
         if ll != "none":
-            if ll not in ratios:
+            if ll not in st.ratios:
                 why = f"no measured {ll} ratio"
-            payload = math.ceil(raw * ratios.get(ll, 1.0))
+            payload = math.ceil(raw * st.ratios.get(ll, 1.0))
         up = message_bytes(payload, ndim)
-        down = message_bytes(result_bytes, 1)
+        down = message_bytes(st.result_bytes, 1)
         # encode: read the fp32 tensor, write the code; decode on the server: the reverse
         streamed = 0.0 if codec in ("fp32", "raw") else 4.0 * elems + raw
         coding = streamed / device.mem_Bps + streamed / server.mem_Bps
@@ -284,7 +289,7 @@ def _option(
     dev_s = sum(dev_t[:k])
     srv_s = sum(srv_t[k:])
     up_fixed = 0.0 if local else uplink.latency_s
-    down_s = 0.0 if local else down_lat + down / down_B
+    down_s = 0.0 if local else st.down_latency_s + down / st.down_Bps
     fixed = dev_s + coding + up_fixed + srv_s + down_s
     B = uplink.bandwidth_Bps
     paced = max(up - uplink.burst_bytes, 0.0)
