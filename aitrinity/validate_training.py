@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aitrinity.cost.ledger import Result
 
@@ -42,6 +42,16 @@ class PublishedRun:
 
 
 _MEGATRON = dict(micro_batch=1, recompute="full", flash_attention=False, zero=0, tp=8)
+_LLAMA3: dict[str, Any] = dict(  # Dubey et al. 2024, Table 4: tp 8, pp 16, 8k sequences, 16M-token batches
+    device="h100-sxm",
+    model="llama-3.1-405b",
+    seq_len=8192,
+    global_batch=2048,
+    plan={"tp": 8, "pp": 16, "micro_batch": 1, "recompute": "none", "zero": 2, "sequence_parallel": True},
+    overlap="max",
+    metric="mfu",
+    assumed=("no interleaving (virtual stages not published)", "FSDP as ZeRO-2, overlapped"),
+)
 RUNS: tuple[PublishedRun, ...] = (
     PublishedRun(
         "gpt-3 175b, 1,024 A100",
@@ -73,30 +83,16 @@ RUNS: tuple[PublishedRun, ...] = (
     PublishedRun(
         "llama 3 405b, 8,192 H100",
         "Dubey et al. 2024, Table 4, first row (43% BF16 MFU; tp 8, pp 16, dp 64)",
-        "h100-sxm",
-        8192,
-        "llama-3.1-405b",
-        8192,
-        2048,
-        {"tp": 8, "pp": 16, "micro_batch": 1, "recompute": "none", "zero": 2, "sequence_parallel": True},
-        "max",
-        "mfu",
-        0.43,
-        ("no interleaving (virtual stages not published)", "FSDP as ZeRO-2, overlapped"),
+        gpus=8192,
+        published=0.43,
+        **_LLAMA3,
     ),
     PublishedRun(
         "llama 3 405b, 16,384 H100",
         "Dubey et al. 2024, Table 4, second row (41% BF16 MFU; tp 8, pp 16, dp 128)",
-        "h100-sxm",
-        16384,
-        "llama-3.1-405b",
-        8192,
-        2048,
-        {"tp": 8, "pp": 16, "micro_batch": 1, "recompute": "none", "zero": 2, "sequence_parallel": True},
-        "max",
-        "mfu",
-        0.41,
-        ("no interleaving (virtual stages not published)", "FSDP as ZeRO-2, overlapped"),
+        gpus=16384,
+        published=0.41,
+        **_LLAMA3,
     ),
 )
 
@@ -133,18 +129,16 @@ def scenario(run: PublishedRun, engine: str = "generic") -> dict[str, object]:
 
 
 def check(run: PublishedRun, engine: str = "generic") -> TrainingCheck:
-    from aitrinity import api
+    from aitrinity import api, catalog
     from aitrinity.cost.diagnosis import Diagnosis
     from aitrinity.spec._base import validate
     from aitrinity.spec.scenario import Scenario
 
-    sc = validate(Scenario, scenario(run, engine))
-    r = api.resolve(sc)
-    d = api.diagnose(sc)
+    d = api.diagnose(validate(Scenario, scenario(run, engine)))
     assert isinstance(d, Diagnosis) and d.estimate.training is not None
     t = d.estimate.training
     if run.metric == "megatron_tflops":  # Narayanan et al. 2021, eq. 3
-        m = r.model
+        m = catalog.model(run.model)
         b, s, lay, h, v = run.global_batch, run.seq_len, m.num_layers, m.hidden_size, m.vocab_size
         flops = 96.0 * b * s * lay * h * h * (1 + s / (6 * h) + v / (16 * lay * h))
         predicted = flops / (t.step_time_s * run.gpus) / 1e12

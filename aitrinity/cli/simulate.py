@@ -325,7 +325,7 @@ def _serving(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
-    steady = _steady(args, m, d) if closed is not None else None
+    steady = _steady(args, step) if closed is not None and step is not None else None
     if args.json:
         out = r.model_dump(mode="json")
         if steady is not None:
@@ -398,14 +398,13 @@ def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> Ope
     return OperatorStep(m, _kernels(args, d), lay, prof.step_overhead_s)
 
 
-def _steady(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> dict[str, float]:
-    """The analytic steady state of the same benchmark (aitrinity.cost.concurrency), for comparison."""
+def _steady(args: argparse.Namespace, step: OperatorStep) -> dict[str, float]:
+    """The analytic steady state of the same benchmark (aitrinity.cost.concurrency) on the simulation's own
+    model, kernels and layout, for comparison."""
     from aitrinity.cost.concurrency import steady_state
-    from aitrinity.cost.operators import Layout
 
-    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic")
     per_instance = args.concurrency / args.instances  # the router spreads clients evenly
-    ss = steady_state(m, _kernels(args, d), lay, per_instance, args.isl, args.osl)
+    ss = steady_state(step.model, step.kernels, step.layout, per_instance, args.isl, args.osl)
     rate = float(ss.output_tokens_per_s) * args.instances
     return {"ttft_s": float(ss.ttft_s), "tpot_s": float(ss.tpot_s), "output_tokens_per_s": rate}
 

@@ -23,6 +23,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Literal
 
 from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
+from aitrinity.cost.training import PP_TRAFFIC, TP_TRAFFIC
 from aitrinity.spec.scenario import System
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
 
@@ -476,7 +477,7 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})
 
 
-OPERATOR_PRICED = ("TP activations", "PP activations")
+OPERATOR_PRICED = (TP_TRAFFIC, PP_TRAFFIC)
 """Traffic of a training step the operator model times itself (TP collectives, pipeline sends); the rest
 (data-parallel gradients, EP all-to-all, offload streams) are priced on their links."""
 
@@ -546,7 +547,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
         time_s=ops["gemm"] + ops["attention"] + exchange_s,
         detail=f"{format_flops(led.flops.hardware)} in GEMM and attention kernels ({kernels})",
     )
-    rest = [t for t in led.traffic if not t.purpose.startswith(OPERATOR_PRICED)]
+    rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
     unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
     streams = [r.time_s for r in unpriced if r.kind == "link"]
     busy = float(st.busy) + float(st.optimizer_s) + exchange_s
@@ -589,7 +590,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
 def pipeline_send_s(led: Ledger, system: System) -> float:
     """Seconds of pipeline sends per micro-batch slot, from the ledger's PP traffic on its link."""
     ph = led.phases[0]
-    pp = [t for t in ph.traffic if t.purpose.startswith("PP activations")]
+    pp = [t for t in ph.traffic if t.purpose == PP_TRAFFIC]
     if not pp or led.training is None:
         return 0.0
     links = resource_times(ph.model_copy(update={"traffic": pp}), system, led.compute_dtype)

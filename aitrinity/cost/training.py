@@ -46,6 +46,10 @@ from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan
 
+TP_TRAFFIC = "TP activations (per layer)"
+PP_TRAFFIC = "PP activations and gradients"
+"""The purposes of the traffic the training operator model times itself (the rest is priced on links)."""
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -256,8 +260,8 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     a_bytes = b * s * m.hidden_size * act
     per_layer = 4 + (2 if plan.recompute == "full" else 0)
     traffic = [
-        coll.traffic("TP activations (per layer)", "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
-        coll.traffic("PP activations and gradients", "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
+        coll.traffic(TP_TRAFFIC, "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
+        coll.traffic(PP_TRAFFIC, "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
     ]
     sync = grad_sync(m, plan)
     traffic += _grad_traffic(sync, rep, expert, plan, lay, system)

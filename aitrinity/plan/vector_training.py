@@ -26,6 +26,7 @@ from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_f
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
 from aitrinity.cost.train_operators import (
+    RECOMPUTE_INDEX,
     TRAIN_OPERATOR_CLASSES,
     ClassTimes,
     MicroBatch,
@@ -43,7 +44,7 @@ F = NDArray[np.float64]
 Ints = NDArray[np.int64]
 B = NDArray[np.bool_]
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = tuple(RECOMPUTE_INDEX)
 COMPRESSION = ("none", "int8", "powersgd")
 """Gradient compressors the planner considers (PowerSGD at rank 4)."""
 POWERSGD_RANK = 4
