@@ -27,3 +27,10 @@ def test_the_commands_cover_every_example_and_built_in():
     argvs = [" ".join(a) for _, a in commands()]
     assert any(a.startswith("diagnose examples/") for a in argvs)
     assert "plan llama-70b-training-h100 --top 3" in argvs and any(a.startswith("report ") for a in argvs)
+
+
+def test_added_fields_can_be_allowed_but_removed_ones_and_moved_numbers_cannot():
+    before = {"rows": [{"t": 1.0}], "gone": 1}
+    after = {"rows": [{"t": 2.0, "accuracy_drop": 0.0}], "new": {"x": 1}}
+    got = list(differences(before, after, 1e-9, added_ok=True))
+    assert got == [".gone: only before", ".rows[0].t: 1.0 -> 2.0"]

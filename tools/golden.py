@@ -6,11 +6,12 @@ in a temporary folder; the same commands run in both trees (``--json``; results 
 fields, so equal inputs give equal output); numbers are compared to ``--rel`` (default 1e-9), strings
 exactly. Prints each command's verdict and the first differing paths; exits 1 if any command differs.
 
-    python tools/golden.py REV [--rel 1e-9] [--show 8] [--only diagnose,plan]
+    python tools/golden.py REV [--rel 1e-9] [--show 8] [--only diagnose,plan] [--added-ok]
 
 Commands: ``diagnose`` / ``plan --top 3`` / ``explain`` of every built-in scenario and ``examples/*.yaml``,
 ``hardware compare`` on the small test suite, ``report --json --no-simulate``. A key present on one side
-only is a difference (a field added or removed shows up as such).
+only is a difference (a field added or removed shows up as such), unless ``--added-ok``: then a key only in
+the working tree is not (a field a change adds on purpose), so what remains are the numbers that moved.
 """
 
 from __future__ import annotations
@@ -53,18 +54,20 @@ def run(tree: Path, argv: list[str]) -> Any:
     return json.loads(p.stdout)
 
 
-def differences(a: Any, b: Any, rel: float, path: str = "") -> Iterator[str]:
+def differences(a: Any, b: Any, rel: float, path: str = "", added_ok: bool = False) -> Iterator[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b), key=str):
+            if k not in a and added_ok:
+                continue
             if k not in a or k not in b:
                 yield f"{path}.{k}: only {'after' if k in b else 'before'}"
             else:
-                yield from differences(a[k], b[k], rel, f"{path}.{k}")
+                yield from differences(a[k], b[k], rel, f"{path}.{k}", added_ok)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             yield f"{path}: {len(a)} items before, {len(b)} after"
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            yield from differences(x, y, rel, f"{path}[{i}]")
+            yield from differences(x, y, rel, f"{path}[{i}]", added_ok)
     elif isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
         if not (a == b or (math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-300))):
             yield f"{path}: {a!r} -> {b!r}"
@@ -78,6 +81,7 @@ def main() -> int:
     ap.add_argument("--rel", type=float, default=1e-9)
     ap.add_argument("--show", type=int, default=8, help="differing paths shown per command")
     ap.add_argument("--only", help="comma list of command kinds (diagnose, plan, explain, hardware, report)")
+    ap.add_argument("--added-ok", action="store_true", help="a field only in the working tree is not a difference")
     args = ap.parse_args()
     kinds = set(args.only.split(",")) if args.only else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +95,7 @@ def main() -> int:
                 if kinds and kind not in kinds:
                     continue
                 before, after = run(old, argv), run(ROOT, argv)
-                diffs = list(differences(before, after, args.rel))
+                diffs = list(differences(before, after, args.rel, added_ok=args.added_ok))
                 label = " ".join(argv)
                 if not diffs:
                     print(f"same      {label}")

@@ -168,6 +168,9 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
     return "\n".join(lines)
 
 
+_SERVING_HEAD = ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "acc. loss", "decode binds"]
+
+
 def _choice_row(c: Any) -> list[str]:
     usd = format_money(c.usd_per_million_tokens) if c.usd_per_million_tokens is not None else "-"
     return [
@@ -192,6 +195,7 @@ def _serving_row(c: Any) -> list[str]:
         f"{c.throughput_tokens_per_s:,.0f}",
         format_bytes(c.hbm_bytes),
         usd,
+        f"{c.accuracy_drop:.0%}" if c.accuracy_drop else "-",
         c.binding,
     ]
 
@@ -204,7 +208,7 @@ def _choices(title: str, choices: list[Any]) -> list[str]:
     if not choices:
         return []
     if hasattr(choices[0], "batch"):
-        head = ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "decode binds"]
+        head = _SERVING_HEAD
     else:
         head = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
     return [title, *_table([head, *(_row(c) for c in choices)])]
@@ -219,11 +223,18 @@ def chain(ch: Any) -> str:
     return "\n".join(lines)
 
 
+def _reason(reason: str, search: Any) -> str:
+    budget = getattr(search, "max_accuracy_drop", None)
+    if budget is not None and reason.startswith("accuracy drop"):
+        return f"{reason} ({budget:.0%}, workload.serving.max_accuracy_drop)"
+    return reason
+
+
 def plan(rep: Any) -> str:
     s = rep.search
     lines = [f"== {rep.scenario}: {s.evaluated:,} plans evaluated, {s.feasible:,} feasible; objective: {s.objective}"]
     if s.infeasible:
-        lines.append("infeasible: " + ", ".join(f"{r.count:,} {r.reason}" for r in s.infeasible))
+        lines.append("infeasible: " + ", ".join(f"{r.count:,} {_reason(r.reason, s)}" for r in s.infeasible))
     if s.best is None:
         more = ""
         if getattr(rep, "min_devices", None):
@@ -231,9 +242,9 @@ def plan(rep: Any) -> str:
         lines.append(f"no feasible plan{more}")
         return "\n".join(lines)
     lines += _choices("best plans:", s.top)
-    lines += _choices(
-        f"Pareto frontier over (time, memory, bytes moved, {'$' if s.objective == 'cost' else 'J'}):", s.pareto[:12]
-    )
+    money = "$" if s.objective == "cost" else "J"
+    axes = f"time, memory, bytes moved, {money}" + (", accuracy" if rep.kind == "serving" else "")
+    lines += _choices(f"Pareto frontier over ({axes}):", s.pareto[:12])
     if len(s.pareto) > 12:
         lines.append(f"  ... {len(s.pareto) - 12} more in --json")
     if rep.chain is not None:
@@ -244,7 +255,7 @@ def plan(rep: Any) -> str:
 def sweep(key: str, points: list[tuple[str, Any]]) -> str:
     serving = any(rep.kind == "serving" for _, rep in points)
     head = (
-        ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "decode binds"]
+        _SERVING_HEAD
         if serving
         else ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
     )
@@ -253,7 +264,7 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
     for value, rep in points:
         best = rep.search.best
         if best is None:
-            rows.append([value, "no feasible plan", "", "", "", "", "", "", "", ""])
+            rows.append([value, "no feasible plan", *[""] * (len(head) - 1)])
             previous = None
             continue
         row = _row(best)

@@ -75,6 +75,10 @@ class ExchangeReport(Result):
     threshold_Bps: float | None
     current_Bps: float | None
     pays_off: bool
+    accuracy_drop: float = 0.0
+    """Its quality cost: the share of the exact model's benchmark score it loses."""
+    steps_factor: float = 1.0
+    """Its statistical cost: optimizer steps to the same loss, as a multiple (counted in the times above)."""
     sentence: str
 
 

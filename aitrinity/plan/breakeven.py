@@ -12,7 +12,10 @@ overlap model -- it is the same pricing that produced the diagnosis.
 * ``hidden`` exchanges (offloads) buy memory and pay off where their transfers
   cost no time (they hide behind other work under the overlap model).
 
-Work unit: a training step per token, a serving request per output token.
+Work unit: a training step per token, a serving request per output token. A technique with a
+statistical cost (local SGD, lossy gradient compression: :class:`aitrinity.plan.registry.Quality`'s
+``steps_factor``) needs that many more steps for the same result, so its time per unit is multiplied by
+it, and its report says the largest factor it could afford at today's bandwidth.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price_serving_ledg
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
-from aitrinity.plan.exchanges import CATALOG, ExchangeInfo
+from aitrinity.plan import registry
+from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, Scenario, System
 from aitrinity.units import format_bandwidth, format_bytes
@@ -70,12 +74,14 @@ def _nominal(system: System, channel: str) -> float:
 _LABEL = {**CHANNEL_LABELS, "hbm": "device-memory bandwidth"}
 
 
-def _per_unit(est: Estimate) -> float:
+def _per_unit(est: Estimate, plan: Plan) -> float:
+    """Time per unit of work, counting the extra steps a statistical cost asks for."""
+    factor = registry.quality_of(plan.exchanges).steps_factor
     if est.training:
-        return est.training.step_time_s / est.ledger.training.tokens_per_step  # type: ignore[union-attr]
+        return factor * est.training.step_time_s / est.ledger.training.tokens_per_step  # type: ignore[union-attr]
     assert est.serving is not None and est.ledger.serving is not None
     f = est.ledger.serving
-    return est.serving.request_latency_s / (max(f.batch, 1) * f.output_tokens)
+    return factor * est.serving.request_latency_s / (max(f.batch, 1) * f.output_tokens)
 
 
 def _without(plan: Plan, index: int) -> Plan:
@@ -109,7 +115,9 @@ def exchange_reports(scenario: Scenario, model: ModelSpec, system: System) -> li
 def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> ExchangeReport:
     plan = scenario.plan
     x = plan.exchanges[index]
-    inf = CATALOG[x.kind]
+    inf = registry.get(x.kind).info
+    quality = registry.get(x.kind).quality(x)
+    own_factor = quality.steps_factor
     w = scenario.workload
 
     def build(p: Plan, s: System) -> Ledger:
@@ -130,7 +138,8 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
     with_est, without_est = estimate(plan, system), estimate(without_plan, system)
     relieved = without_est.memory.used_bytes - with_est.memory.used_bytes
     channel = _channel(inf, x, with_ledger)
-    t_without = _per_unit(without_est)
+    t_without = _per_unit(without_est, without_plan)
+    t_with = _per_unit(with_est, plan)
 
     def result(
         resource: str | None, threshold: float | None, current: float | None, now: bool, sentence: str
@@ -141,7 +150,7 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
             pathway=inf.pathway,
             spends=inf.spends,
             relieves=inf.relieves,
-            time_per_unit_with_s=_per_unit(with_est),
+            time_per_unit_with_s=t_with,
             time_per_unit_without_s=t_without,
             device_bytes_relieved=relieved,
             fits_without=without_est.memory.fits,
@@ -149,6 +158,8 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
             threshold_Bps=threshold,
             current_Bps=current,
             pays_off=now,
+            accuracy_drop=quality.accuracy_drop,
+            steps_factor=quality.steps_factor,
             sentence=sentence,
         )
 
@@ -157,8 +168,8 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
 
     def gain(k: float) -> float:
         s = _scaled(system, channel, k)
-        a = _per_unit(estimate(plan, s))
-        b = _per_unit(estimate(without_plan, s))
+        a = _per_unit(estimate(plan, s), plan)
+        b = _per_unit(estimate(without_plan, s), without_plan)
         return a - b
 
     def pays(k: float) -> bool:
@@ -185,11 +196,24 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
             f"{inf.title} {verb} while the {resource} is {side} {format_bandwidth(threshold)}; "
             f"here it is {format_bandwidth(nominal)}, so it {'does' if now else 'does not'}"
         )
+    if inf.swept == "dp_link" and inf.rule == "faster":  # a statistical cost is the price of fewer bytes
+        sentence += _steps_budget(t_without, t_with / own_factor, own_factor)
+    if quality.accuracy_drop:
+        sentence += f"; it costs about {quality.accuracy_drop:.1%} of the model's accuracy ({quality.source})"
     if relieved > 0:
         sentence += f"; it frees {format_bytes(relieved)} of device memory"
         if not without_est.memory.fits and with_est.memory.fits:
             sentence += " (the plan fits only with it)"
     return result(resource, threshold, nominal, now, sentence + ".")
+
+
+def _steps_budget(t_without: float, t_with_exact: float, assumed: float) -> str:
+    """The largest step factor the technique affords here: it pays off while it needs fewer extra steps."""
+    afford = t_without / t_with_exact
+    told = f"{assumed:g}x assumed" if assumed != 1.0 else "none assumed"
+    if afford <= 1.0:
+        return f" (even with no statistical cost it would not pay off here; {told})"
+    return f"; it stays ahead while it needs at most {afford:.2f}x the optimizer steps it needs without it ({told})"
 
 
 def _boundary(pays: Callable[[float], bool], below: bool) -> float | None:

@@ -22,6 +22,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.serving import serving_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
+from aitrinity.plan import registry
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.plan.search import PlanChoice, layouts
 from aitrinity.plan.search_serving import ServingChoice
@@ -45,6 +46,8 @@ class ChainStep(Result):
     score_before: float
     score_after: float
     """The objective (lower is better): seconds per step, or per output token for serving."""
+    accuracy_drop_after: float = 0.0
+    """The plan's quality cost after this step (:class:`aitrinity.plan.registry.Quality`)."""
     sentence: str
 
 
@@ -63,6 +66,7 @@ class _State:
     memory: float
     score: float
     binding: str
+    accuracy_drop: float
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ def _step(kind: _Kind, fields: list[str], before: _State, after: _State) -> Chai
         gain = f"memory {format_bytes(before.memory)} -> {format_bytes(after.memory)} per device, still too much"
     else:
         gain = f"{kind.show(before.score)} -> {kind.show(after.score)} ({before.score / after.score:.2f}x)"
+    if after.accuracy_drop != before.accuracy_drop:
+        gain += f", accuracy drop {before.accuracy_drop:.1%} -> {after.accuracy_drop:.1%}"
     sentence = (
         f"{before.binding} bound; {change} [{pathway}: spends {spends}, relieves {relieves}]: {gain}; "
         f"now {after.binding} binds."
@@ -123,6 +129,7 @@ def _step(kind: _Kind, fields: list[str], before: _State, after: _State) -> Chai
         memory_after_bytes=after.memory,
         score_before=before.score,
         score_after=after.score,
+        accuracy_drop_after=after.accuracy_drop,
         sentence=sentence,
     )
 
@@ -158,7 +165,7 @@ def _greedy(
     return Chain(baseline=baseline, steps=steps, pathways=pathways, sentence=sentence)
 
 
-def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind) -> _State:
+def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind, plan: Plan) -> _State:
     """The binding resource of the phase that dominates the work (serving: prefill vs output x decode)."""
     fits = d.capacity.fits
     binding = d.binding_label
@@ -168,6 +175,7 @@ def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind) -> _State:
         d.estimate.memory.used_bytes,
         kind.score(d),
         binding if fits else f"capacity ({d.capacity.tier})",
+        registry.quality_of(plan.exchanges).accuracy_drop,
     )
 
 
@@ -281,7 +289,7 @@ def training_chain(
             d = diagnose(price_training_ledger(led, m, plan, system, kernels))
         except SpecError:
             return None
-        return _state(values, d, _TRAINING)
+        return _state(values, d, _TRAINING, plan)
 
     goal = _training_values(target.plan(base))
     state = (
@@ -388,7 +396,7 @@ def serving_chain(
             d = diagnose(price_serving_ledger(led, m, plan, row_job, system, kernels))
         except SpecError:
             return None
-        return _state(values, d, _SERVING)
+        return _state(values, d, _SERVING, plan)
 
     goal = _serving_values(target.plan(base), target.batch)
     first_batch = job.batch if isinstance(job.batch, int) else 1

@@ -1,6 +1,8 @@
-"""The exchange catalog: each technique's pathway, what it spends and relieves, and its source.
+"""What an exchange declares: its pathway, what it spends and relieves, its break-even rule and its source.
 
-Techniques written in ``plan.exchanges`` change the ledger through
+Each technique registers one :class:`ExchangeInfo` in its own module of
+:mod:`aitrinity.plan.techniques` (see :mod:`aitrinity.plan.registry`); :data:`CATALOG` is the read-only
+view by kind. Techniques written in ``plan.exchanges`` change the ledger through
 :mod:`aitrinity.cost.effects` and the ledger builders; the parallel-layout
 techniques (ZeRO, TP/PP/SP/EP degrees, recomputation) are plan fields with
 the same metadata, so a chain of plans can name the pathway of every step.
@@ -17,6 +19,7 @@ compute->memory      FLOPs                    resident bytes (recomputation, qua
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,221 +43,29 @@ class ExchangeInfo:
     source: str
 
 
-CATALOG: dict[str, ExchangeInfo] = {
-    x.kind: x
-    for x in [
-        ExchangeInfo(
-            "gradient-compression",
-            "gradient compression",
-            "compute->bandwidth",
-            "encode/decode work",
-            "data-parallel link bytes",
-            "dp_link",
-            "below",
-            "faster",
-            "Lin et al. 2018 (DGC); Vogels et al. 2019 (PowerSGD); Wang et al. 2023 (ZeRO++)",
-        ),
-        ExchangeInfo(
-            "local-sgd",
-            "local SGD",
-            "compute->bandwidth",
-            "statistical efficiency (more steps)",
-            "data-parallel link bytes",
-            "dp_link",
-            "below",
-            "faster",
-            "Lin et al. 2020, 'Don't use large mini-batches'",
-        ),
-        ExchangeInfo(
-            "kv-compression",
-            "KV compression before transfer",
-            "compute->bandwidth",
-            "quantize/dequantize passes",
-            "KV bytes on a link",
-            "kv_link",
-            "below",
-            "faster",
-            "Liu et al. 2024 (CacheGen)",
-        ),
-        ExchangeInfo(
-            "optimizer-offload",
-            "optimizer offload (ZeRO-Offload)",
-            "bandwidth->memory",
-            "host-link bytes",
-            "optimizer-state bytes on the device",
-            "host",
-            "above",
-            "hidden",
-            "Ren et al. 2021",
-        ),
-        ExchangeInfo(
-            "activation-offload",
-            "activation offload",
-            "bandwidth->memory",
-            "host-link bytes",
-            "activation bytes on the device",
-            "host",
-            "above",
-            "hidden",
-            "Rhu et al. 2016 (vDNN)",
-        ),
-        ExchangeInfo(
-            "kv-offload",
-            "KV-cache offload",
-            "bandwidth->memory",
-            "tier-link bytes",
-            "KV-cache bytes on the device",
-            "tier",
-            "above",
-            "hidden",
-            "Sheng et al. 2023 (FlexGen)",
-        ),
-        ExchangeInfo(
-            "weight-streaming",
-            "weight streaming",
-            "bandwidth->memory",
-            "tier-link bytes",
-            "weight bytes on the device",
-            "tier",
-            "above",
-            "hidden",
-            "Sheng et al. 2023 (FlexGen)",
-        ),
-        ExchangeInfo(
-            "prefix-cache",
-            "prefix KV-cache reuse",
-            "memory->compute",
-            "cached KV bytes (and their load)",
-            "prefill FLOPs",
-            "tier",
-            "above",
-            "faster",
-            "Qin et al. 2025 (Mooncake), eq. 2",
-        ),
-        ExchangeInfo(
-            "weight-quantization",
-            "weight quantization",
-            "compute->memory",
-            "dequantization work",
-            "weight bytes (capacity and bandwidth)",
-            "hbm_bandwidth",
-            "below",
-            "faster",
-            "Frantar et al. 2023 (GPTQ); Lin et al. 2024 (AWQ)",
-        ),
-        ExchangeInfo(
-            "kv-quantization",
-            "KV-cache quantization",
-            "compute->memory",
-            "quantization work",
-            "KV-cache bytes (capacity and bandwidth)",
-            "hbm_bandwidth",
-            "below",
-            "faster",
-            "Hooper et al. 2024 (KVQuant)",
-        ),
-        # parallel layout and recomputation: plan fields with the same metadata
-        ExchangeInfo(
-            "zero",
-            "ZeRO sharding",
-            "bandwidth->memory",
-            "data-parallel link bytes (stage 3: 1.5x)",
-            "model-state bytes on the device",
-            None,
-            "above",
-            "hidden",
-            "Rajbhandari et al. 2020",
-        ),
-        ExchangeInfo(
-            "tp",
-            "tensor parallelism",
-            "bandwidth->memory",
-            "per-layer activation all-reduces",
-            "weight and activation bytes per device",
-            None,
-            "above",
-            "hidden",
-            "Shoeybi et al. 2019",
-        ),
-        ExchangeInfo(
-            "pp",
-            "pipeline parallelism",
-            "bandwidth->memory",
-            "point-to-point bytes and a bubble",
-            "weight bytes per device",
-            None,
-            "above",
-            "hidden",
-            "Narayanan et al. 2021",
-        ),
-        ExchangeInfo(
-            "sequence-parallel",
-            "sequence parallelism",
-            "bandwidth->memory",
-            "all-gather/reduce-scatter instead of all-reduce",
-            "replicated activation bytes",
-            None,
-            "above",
-            "hidden",
-            "Korthikanti et al. 2022",
-        ),
-        ExchangeInfo(
-            "ep",
-            "expert parallelism",
-            "bandwidth->memory",
-            "token all-to-alls",
-            "expert weight bytes per device",
-            None,
-            "above",
-            "hidden",
-            "Lepikhin et al. 2020 (GShard)",
-        ),
-        ExchangeInfo(
-            "recompute",
-            "activation recomputation",
-            "compute->memory",
-            "forward FLOPs again",
-            "activation bytes",
-            None,
-            "above",
-            "hidden",
-            "Chen et al. 2016; Korthikanti et al. 2022",
-        ),
-        ExchangeInfo(
-            "micro-batch",
-            "larger micro-batches",
-            "memory->compute",
-            "activation bytes",
-            "idle compute (pipeline bubble, small GEMMs)",
-            None,
-            "above",
-            "hidden",
-            "Narayanan et al. 2021, eq. 1",
-        ),
-        ExchangeInfo(
-            "virtual-stages",
-            "interleaved pipeline stages",
-            "memory->compute",
-            "activation bytes (1 + (p-1)/(p v)) and point-to-point messages",
-            "idle compute (pipeline bubble)",
-            None,
-            "above",
-            "hidden",
-            "Narayanan et al. 2021, section 2.2; Korthikanti et al. 2022, section 4.2.3",
-        ),
-        ExchangeInfo(
-            "batch",
-            "larger batches",
-            "memory->compute",
-            "KV-cache bytes",
-            "weight reads per token (idle compute in decode)",
-            None,
-            "above",
-            "hidden",
-            "Pope et al. 2022, section 2 (decode arithmetic intensity grows with the batch)",
-        ),
-    ]
-}
+class _Catalog(Mapping[str, ExchangeInfo]):
+    """Every registered exchange's metadata by kind: a read-only view of :mod:`aitrinity.plan.registry`."""
+
+    def __getitem__(self, kind: str) -> ExchangeInfo:
+        from aitrinity.plan import registry
+
+        try:
+            return registry.get(kind).info
+        except KeyError:
+            raise KeyError(kind) from None
+
+    def __iter__(self) -> Iterator[str]:
+        from aitrinity.plan import registry
+
+        return iter([x.kind for x in registry.registered()])
+
+    def __len__(self) -> int:
+        from aitrinity.plan import registry
+
+        return len(registry.registered())
+
+
+CATALOG: Mapping[str, ExchangeInfo] = _Catalog()
 
 
 def info(kind: str) -> ExchangeInfo:

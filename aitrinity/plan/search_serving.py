@@ -5,10 +5,15 @@ latency), ``cost`` ($ per million output tokens), ``energy`` (J per output
 token), optionally under TTFT / TPOT service-level objectives. Exchanges the
 scenario's plan already lists (a prefix cache with its hit rate, KV
 compression, weight streaming) apply to every candidate.
+
+Every candidate carries its quality cost (:mod:`aitrinity.plan.registry`): the accuracy its lossy
+exchanges lose, summed. Candidates above the job's ``max_accuracy_drop`` are infeasible; among equally
+good ones the search prefers the smaller loss, and the Pareto frontier has the loss as one more axis.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Literal
@@ -18,19 +23,22 @@ import numpy as np
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.plan import registry
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.search import ReasonCount, layouts
 from aitrinity.plan.vector_serving import (
     KV_DTYPES,
+    OVER_BUDGET,
     REASONS,
     RESOURCES,
+    SEARCHED,
     WEIGHT_DTYPES,
     ServingPriced,
     ServingRows,
     price_rows,
     row_plan,
 )
-from aitrinity.spec.exchanges import PrefixCache
+from aitrinity.spec.exchanges import KVQuantization, PrefixCache, WeightQuantization
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System
 from aitrinity.units import format_bytes
@@ -59,6 +67,8 @@ class ServingChoice(Result):
     usd_per_million_tokens: float | None
     joules_per_token: float
     binding: str
+    accuracy_drop: float
+    """The share of the exact model's benchmark score its lossy exchanges lose (summed; see each technique)."""
 
     prefix_capacity_bytes: float | None = None
     """The prefix cache's size when the search chose it (from a trace), else None."""
@@ -138,8 +148,22 @@ class ServingSearchResult(Result):
     best: ServingChoice | None
     top: list[ServingChoice]
     pareto: list[ServingChoice]
-    """Non-dominated over (request latency, device memory, bytes moved, $ or J per token, throughput)."""
+    """Non-dominated over (request latency, device memory, bytes moved, $ or J per token, throughput, accuracy
+    drop)."""
     infeasible: list[ReasonCount]
+    max_accuracy_drop: float
+    """The accuracy budget the search kept to (``workload.serving.max_accuracy_drop``)."""
+
+
+def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
+    """Per row: the accuracy its quantization dtypes lose, plus what the scenario's own lossy exchanges do."""
+    fixed = registry.quality_of(x for x in base.exchanges if x.kind not in SEARCHED).accuracy_drop
+    wq = registry.get("weight-quantization").quality
+    kq = registry.get("kv-quantization").quality
+    w = [0.0] + [wq(WeightQuantization(kind="weight-quantization", dtype=d)).accuracy_drop for d in WEIGHT_DTYPES[1:]]
+    k = [0.0] + [kq(KVQuantization(kind="kv-quantization", dtype=d)).accuracy_drop for d in KV_DTYPES[1:]]
+    drop: np.ndarray = fixed + np.array(w)[rows.weight_dtype] + np.array(k)[rows.kv_dtype]
+    return drop
 
 
 def _grid(host: bool, batch: int | str) -> ServingRows:
@@ -199,6 +223,11 @@ def search_serving(
     )
     tiled = ServingRows(*(np.tile(getattr(rows, f), k) for f in ServingRows.__dataclass_fields__))
     tp_a, pp_a = np.concatenate(tps), np.concatenate(pps)
+    drop = _accuracy_drop(base, tiled)
+    over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
+    priced = dataclasses.replace(
+        priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
+    )
     score = {
         "throughput": -priced.throughput_tokens_per_s,
         "latency": priced.latency_s,
@@ -207,9 +236,9 @@ def search_serving(
     }[objective]
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     simple = (tiled.kv_offload > 0).astype(np.int64) + (tiled.weight_dtype > 0) + (tiled.kv_dtype > 0) + tp_a * pp_a
-    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], quantize(score[idx])))]
+    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], drop[idx], quantize(score[idx])))]
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s]
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, drop]
     front = frontier(order, columns) if pareto else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
 
@@ -232,6 +261,7 @@ def search_serving(
             link_bytes=float(priced.link_bytes[i]),
             usd_per_million_tokens=None if np.isnan(usd) else usd,
             joules_per_token=float(priced.joules_per_token[i]),
+            accuracy_drop=float(drop[i]),
             binding=RESOURCES[int(priced.binding[i])],
             prefix_capacity_bytes=None if np.isnan(cap_a[i]) else float(cap_a[i]),
             prefix_hit_rate=None if np.isnan(hit_a[i]) else float(hit_a[i]),
@@ -246,4 +276,5 @@ def search_serving(
         top=[choice(int(i)) for i in order[:top]],
         pareto=[choice(i) for i in front],
         infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
+        max_accuracy_drop=job.max_accuracy_drop,
     )

@@ -51,7 +51,11 @@ REASONS = (
     "TPOT above the SLO",
     "quantization to no fewer bytes",
     "offload needs host memory",
+    "accuracy drop above the budget",
 )
+OVER_BUDGET = REASONS[-1]
+"""Set by the search (:mod:`aitrinity.plan.search_serving`), not by the pricing: the row's lossy exchanges
+lose more accuracy than ``workload.serving.max_accuracy_drop`` allows."""
 RESOURCES = (
     "compute",
     "device-memory bandwidth",

@@ -224,11 +224,20 @@ def pareto_figure(sid: str, rep: PlanReport) -> Figure | None:
         id=f"{sid}-pareto",
         kind="pareto",
         title=title,
-        caption=f"Plans no other plan beats on time, device memory, bytes moved and {yl} at once, "
-        f"of {rep.search.feasible:,} feasible ({rep.search.evaluated:,} evaluated).",
+        caption="Plans no other plan beats on time, device memory, bytes moved"
+        + (", accuracy" if serving else "")
+        + f" and {yl} at once, of {rep.search.feasible:,} feasible ({rep.search.evaluated:,} evaluated)"
+        + (f", within an accuracy drop of {_budget(rep):.0%}." if serving else "."),
         table=Table(columns=["plan", xl + " (s)", yl, "HBM bytes", "binds"], rows=rows),
         svg=svg.xy(f"{sid}-pareto", title, series, x, y),
     )
+
+
+def _budget(rep: PlanReport) -> float:
+    from aitrinity.plan.search_serving import ServingSearchResult
+
+    assert isinstance(rep.search, ServingSearchResult)
+    return rep.search.max_accuracy_drop
 
 
 def llm_section(

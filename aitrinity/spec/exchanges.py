@@ -26,6 +26,9 @@ class GradientCompression(Spec):
     """top-k: fraction of gradient entries sent."""
     rank: int = Field(default=4, ge=1, le=256)
     """PowerSGD: rank of the P, Q factors."""
+    steps_factor: float = Field(default=1.0, ge=1.0, le=100.0)
+    """Optimizer steps to reach uncompressed SGD's loss, as a multiple (its statistical cost; 1 = none, as the
+    error-feedback methods report)."""
 
 
 class LocalSGD(Spec):
@@ -33,6 +36,9 @@ class LocalSGD(Spec):
 
     kind: Literal["local-sgd"]
     period: int = Field(ge=2, le=1024)
+    steps_factor: float = Field(default=1.0, ge=1.0, le=100.0)
+    """Optimizer steps to reach synchronous SGD's loss, as a multiple (its statistical cost; 1 = none assumed).
+    The break-even report says the largest factor at which it still pays off."""
 
 
 class OptimizerOffload(Spec):

@@ -206,6 +206,9 @@ class ServingJob(Spec):
     output_tokens: int = Field(gt=0, le=MAX_COUNT)
     batch: Annotated[int, Field(le=MAX_COUNT)] | Literal["max"] = 1
     mode: Literal["concurrency", "static"] = "concurrency"
+    max_accuracy_drop: float = Field(default=0.01, ge=0.0, le=1.0)
+    """The share of the exact model's benchmark score the service may lose to lossy exchanges (weight / KV
+    quantization, KV compression): the planner keeps to it (0.01 = one percent, as the edge split's)."""
 
     @model_validator(mode="after")
     def _check(self) -> ServingJob:

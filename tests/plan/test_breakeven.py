@@ -29,8 +29,8 @@ def _gain(r, index, channel, k):
     from aitrinity.cost.training import training_ledger
 
     with_, without = r.scenario.plan, _without(r.scenario.plan, index)
-    a = _per_unit(price_training_ledger(training_ledger("t", r.model, w, with_, s), r.model, with_, s))
-    b = _per_unit(price_training_ledger(training_ledger("t", r.model, w, without, s), r.model, without, s))
+    a = _per_unit(price_training_ledger(training_ledger("t", r.model, w, with_, s), r.model, with_, s), with_)
+    b = _per_unit(price_training_ledger(training_ledger("t", r.model, w, without, s), r.model, without, s), without)
     return a - b
 
 
@@ -132,7 +132,8 @@ def test_thresholds_are_where_the_verdict_flips(name):
                     return price_training_ledger(build(p), r.model, p, s)
                 return price_serving_ledger(build(p), r.model, p, w.serving, s)
 
-            g = _per_unit(cost(r.scenario.plan)) - _per_unit(cost(_without(r.scenario.plan, i)))
+            plan, without = r.scenario.plan, _without(r.scenario.plan, i)
+            g = _per_unit(cost(plan), plan) - _per_unit(cost(without), without)
             tol = 1e-6 * rep.time_per_unit_without_s
             return g < -tol if inf.rule == "faster" else g <= tol
 

@@ -26,12 +26,14 @@ def test_every_returned_serving_plan_is_feasible_under_the_scalar_model():
 
 
 @pytest.mark.parametrize("objective", ["throughput", "latency", "cost", "energy"])
-def test_serving_search_equals_brute_force(objective):
+@pytest.mark.parametrize("budget", [0.01, 0.05])
+def test_serving_search_equals_brute_force(objective, budget):
+    from aitrinity.plan import registry
     from aitrinity.plan import search_serving as ss
     from aitrinity.plan.vector_serving import KV_DTYPES, WEIGHT_DTYPES, row_plan
 
     m = catalog.model("llama-3.1-8b")
-    job = ServingJob(prompt_tokens=2048, output_tokens=128, batch=4)
+    job = ServingJob(prompt_tokens=2048, output_tokens=128, batch=4, max_accuracy_drop=budget)
     system = make_system(n=2, host_memory="host-dram")
     res = search_serving(m, job, Plan(), system, objective)
     best_key, best = None, None
@@ -52,6 +54,9 @@ def test_serving_search_equals_brute_force(objective):
                         est = price_serving_ledger(led, m, plan, row_job, system)
                         if not (est.memory.fits and all(t.fits for t in est.lower_tiers)):
                             continue
+                        drop = registry.quality_of(plan.exchanges).accuracy_drop
+                        if drop > job.max_accuracy_drop:
+                            continue
                         s = est.serving
                         value = {
                             "throughput": -s.throughput_tokens_per_s,
@@ -60,7 +65,7 @@ def test_serving_search_equals_brute_force(objective):
                             "energy": s.joules_per_output_token,
                         }[objective]
                         simple = (f > 0) + (w != "none") + (k != "none") + tp * pp
-                        key = (quantize(np.array(value))[()], simple, quantize(np.array(led.memory_bytes()))[()])
+                        key = (quantize(np.array(value))[()], drop, simple, quantize(np.array(led.memory_bytes()))[()])
                         if best_key is None or key < best_key:
                             best_key, best = key, (tp, pp, b, f, w, k)
     got = res.best

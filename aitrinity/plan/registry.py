@@ -1,0 +1,135 @@
+"""The exchange registry: every technique the planner, chain, what-if and report know, one entry each.
+
+An :class:`Exchange` is one technique as ``../shared/DESIGN.md`` defines it: its pathway and break-even
+metadata (:class:`~aitrinity.plan.exchanges.ExchangeInfo`), the ``plan.exchanges`` entry that carries its
+parameters and their ranges (``spec``; None for the techniques that are plan fields, such as ZeRO or
+recomputation), the workloads it applies to, and its **quality cost**: what it costs besides time and
+memory (:class:`Quality`). Each built-in technique is one module of :mod:`aitrinity.plan.techniques`
+that registers itself; :func:`register` adds another.
+
+Quality costs combine over a plan's exchanges as independent losses: accuracy drops add (a first-order
+approximation for small drops), step factors multiply.
+
+What is not here yet: each technique's *effect on the ledger* is still written in the ledger builders
+(:mod:`aitrinity.cost.training`, :mod:`aitrinity.cost.serving`) and their vectorized twins, so a technique
+registered from outside is listed, described and quality-priced, but not priced or searched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aitrinity.plan.exchanges import ExchangeInfo
+
+Workload = Literal["training", "serving", "edge"]
+
+
+@dataclass(frozen=True)
+class Quality:
+    """What a technique costs besides time and memory."""
+
+    accuracy_drop: float = 0.0
+    """Share of the exact model's benchmark score lost (0.01 = one percent of it), as the edge split's
+    ``accuracy_drop`` is."""
+    steps_factor: float = 1.0
+    """Optimizer steps needed to reach the loss the exact method reaches, as a multiple (statistical cost)."""
+    source: str = ""
+
+    def __add__(self, other: Quality) -> Quality:
+        sources = "; ".join(s for s in (self.source, other.source) if s)
+        return Quality(self.accuracy_drop + other.accuracy_drop, self.steps_factor * other.steps_factor, sources)
+
+    @property
+    def free(self) -> bool:
+        return self.accuracy_drop == 0.0 and self.steps_factor == 1.0
+
+
+FREE = Quality()
+
+
+def _free(_: Any) -> Quality:
+    return FREE
+
+
+def accuracy_table(table: Mapping[Any, float], field: str, source: str) -> Callable[[Any], Quality]:
+    """A quality cost looked up by one parameter of the entry (e.g. the dtype of a quantization)."""
+
+    def quality(x: Any) -> Quality:
+        drop = table[getattr(x, field)]
+        return Quality(accuracy_drop=drop, source=source if drop else "")
+
+    return quality
+
+
+def given_steps_factor(source: str) -> Callable[[Any], Quality]:
+    """A statistical cost the entry states itself (its ``steps_factor``)."""
+
+    def quality(x: Any) -> Quality:
+        return Quality(steps_factor=x.steps_factor, source=source if x.steps_factor != 1.0 else "")
+
+    return quality
+
+
+@dataclass(frozen=True)
+class Exchange:
+    info: ExchangeInfo
+    workloads: tuple[Workload, ...]
+    spec: type | None = None
+    """The ``plan.exchanges`` entry (a :mod:`aitrinity.spec.exchanges` class); None for a plan field."""
+    quality: Callable[[Any], Quality] = _free
+    """The quality cost of one ``plan.exchanges`` entry of this kind (or of a plan field's value)."""
+    searched: bool = False
+    """Whether the planner searches its parameters (otherwise a scenario that lists it keeps it as given)."""
+
+    @property
+    def kind(self) -> str:
+        return self.info.kind
+
+
+_REGISTRY: dict[str, Exchange] = {}
+_LOADED = False
+
+
+def _load() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        import aitrinity.plan.techniques  # noqa: F401  (each module registers itself)
+
+
+def register(x: Exchange, *, replace: bool = False) -> Exchange:
+    """Add a technique; a second one of the same kind is refused unless ``replace``."""
+    _load()
+    if x.kind in _REGISTRY and not replace:
+        raise ValueError(f"an exchange of kind {x.kind!r} is already registered")
+    _REGISTRY[x.kind] = x
+    return x
+
+
+def unregister(kind: str) -> None:
+    _load()
+    _REGISTRY.pop(kind, None)
+
+
+def get(kind: str) -> Exchange:
+    _load()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise KeyError(f"no exchange of kind {kind!r} is registered") from None
+
+
+def registered(workload: Workload | None = None) -> list[Exchange]:
+    """Every registered technique (for one workload), in registration order."""
+    _load()
+    return [x for x in _REGISTRY.values() if workload is None or workload in x.workloads]
+
+
+def quality_of(entries: Iterable[Any]) -> Quality:
+    """The combined quality cost of ``plan.exchanges`` entries (anything with a registered ``kind``)."""
+    total = FREE
+    for e in entries:
+        total = total + get(e.kind).quality(e)
+    return total

@@ -1,0 +1,28 @@
+"""Activation offload (bandwidth -> memory): saved activations wait in host memory for the backward pass.
+
+Effect on the ledger: :mod:`aitrinity.cost.training`. Searched by the planner (fractions 0, 0.5, 1) when
+the system has host memory. No quality cost: the activations come back bit for bit.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+from aitrinity.spec.exchanges import ActivationOffload
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "activation-offload",
+            "activation offload",
+            "bandwidth->memory",
+            "host-link bytes",
+            "activation bytes on the device",
+            "host",
+            "above",
+            "hidden",
+            "Rhu et al. 2016 (vDNN)",
+        ),
+        ("training",),
+        ActivationOffload,
+        searched=True,
+    )
+)

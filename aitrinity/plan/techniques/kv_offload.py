@@ -1,0 +1,28 @@
+"""KV-cache offload (bandwidth -> memory): a share of the KV cache lives in a lower tier and streams in.
+
+Effect on the ledger: :mod:`aitrinity.cost.serving`. Searched by the planner (host tier, shares 0-0.75)
+when the system has host memory. No quality cost: the KV comes back bit for bit.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+from aitrinity.spec.exchanges import KVOffload
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "kv-offload",
+            "KV-cache offload",
+            "bandwidth->memory",
+            "tier-link bytes",
+            "KV-cache bytes on the device",
+            "tier",
+            "above",
+            "hidden",
+            "Sheng et al. 2023 (FlexGen)",
+        ),
+        ("serving",),
+        KVOffload,
+        searched=True,
+    )
+)

@@ -1,0 +1,111 @@
+"""The parallel layout and batching as exchanges: plan fields with pathways, searched by the planner.
+
+Tensor, pipeline and expert parallelism spend link bytes to relieve per-device memory; larger
+micro-batches, interleaved stages and larger serving batches spend memory to relieve idle compute. None
+has a quality cost.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+
+TP = register(
+    Exchange(
+        ExchangeInfo(
+            "tp",
+            "tensor parallelism",
+            "bandwidth->memory",
+            "per-layer activation all-reduces",
+            "weight and activation bytes per device",
+            None,
+            "above",
+            "hidden",
+            "Shoeybi et al. 2019",
+        ),
+        ("training", "serving"),
+        searched=True,
+    )
+)
+PP = register(
+    Exchange(
+        ExchangeInfo(
+            "pp",
+            "pipeline parallelism",
+            "bandwidth->memory",
+            "point-to-point bytes and a bubble",
+            "weight bytes per device",
+            None,
+            "above",
+            "hidden",
+            "Narayanan et al. 2021",
+        ),
+        ("training", "serving"),
+        searched=True,
+    )
+)
+EP = register(
+    Exchange(
+        ExchangeInfo(
+            "ep",
+            "expert parallelism",
+            "bandwidth->memory",
+            "token all-to-alls",
+            "expert weight bytes per device",
+            None,
+            "above",
+            "hidden",
+            "Lepikhin et al. 2020 (GShard)",
+        ),
+        ("training", "serving"),
+    )
+)
+MICRO_BATCH = register(
+    Exchange(
+        ExchangeInfo(
+            "micro-batch",
+            "larger micro-batches",
+            "memory->compute",
+            "activation bytes",
+            "idle compute (pipeline bubble, small GEMMs)",
+            None,
+            "above",
+            "hidden",
+            "Narayanan et al. 2021, eq. 1",
+        ),
+        ("training",),
+        searched=True,
+    )
+)
+VIRTUAL_STAGES = register(
+    Exchange(
+        ExchangeInfo(
+            "virtual-stages",
+            "interleaved pipeline stages",
+            "memory->compute",
+            "activation bytes (1 + (p-1)/(p v)) and point-to-point messages",
+            "idle compute (pipeline bubble)",
+            None,
+            "above",
+            "hidden",
+            "Narayanan et al. 2021, section 2.2; Korthikanti et al. 2022, section 4.2.3",
+        ),
+        ("training",),
+        searched=True,
+    )
+)
+BATCH = register(
+    Exchange(
+        ExchangeInfo(
+            "batch",
+            "larger batches",
+            "memory->compute",
+            "KV-cache bytes",
+            "weight reads per token (idle compute in decode)",
+            None,
+            "above",
+            "hidden",
+            "Pope et al. 2022, section 2 (decode arithmetic intensity grows with the batch)",
+        ),
+        ("serving",),
+        searched=True,
+    )
+)

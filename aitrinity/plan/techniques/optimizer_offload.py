@@ -1,0 +1,28 @@
+"""Optimizer offload (bandwidth -> memory): optimizer states and the update on the host (ZeRO-Offload).
+
+Effect on the ledger: :mod:`aitrinity.cost.training` (host-link traffic, host memory, the host's update).
+Searched by the planner when the system has host memory. No quality cost: the update is exact.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+from aitrinity.spec.exchanges import OptimizerOffload
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "optimizer-offload",
+            "optimizer offload (ZeRO-Offload)",
+            "bandwidth->memory",
+            "host-link bytes",
+            "optimizer-state bytes on the device",
+            "host",
+            "above",
+            "hidden",
+            "Ren et al. 2021",
+        ),
+        ("training",),
+        OptimizerOffload,
+        searched=True,
+    )
+)

@@ -1,0 +1,25 @@
+"""Activation recomputation (compute -> memory): drop saved activations, run the forward pass again.
+
+A plan field (``plan.recompute``: none, selective, full), searched by the planner. No quality cost.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "recompute",
+            "activation recomputation",
+            "compute->memory",
+            "forward FLOPs again",
+            "activation bytes",
+            None,
+            "above",
+            "hidden",
+            "Chen et al. 2016; Korthikanti et al. 2022",
+        ),
+        ("training",),
+        searched=True,
+    )
+)

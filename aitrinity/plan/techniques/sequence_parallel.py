@@ -1,0 +1,25 @@
+"""Sequence parallelism (bandwidth -> memory): norms and dropout split over the TP group.
+
+A plan field (``plan.sequence_parallel``), searched by the planner where ``tp > 1``. No quality cost.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "sequence-parallel",
+            "sequence parallelism",
+            "bandwidth->memory",
+            "all-gather/reduce-scatter instead of all-reduce",
+            "replicated activation bytes",
+            None,
+            "above",
+            "hidden",
+            "Korthikanti et al. 2022",
+        ),
+        ("training",),
+        searched=True,
+    )
+)

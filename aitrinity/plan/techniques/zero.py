@@ -1,0 +1,25 @@
+"""ZeRO sharding (bandwidth -> memory): model states sharded over the data-parallel ranks (``plan.zero``).
+
+A plan field, searched by the planner (stages 0-3). No quality cost: the arithmetic is unchanged.
+"""
+
+from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Exchange, register
+
+EXCHANGE = register(
+    Exchange(
+        ExchangeInfo(
+            "zero",
+            "ZeRO sharding",
+            "bandwidth->memory",
+            "data-parallel link bytes (stage 3: 1.5x)",
+            "model-state bytes on the device",
+            None,
+            "above",
+            "hidden",
+            "Rajbhandari et al. 2020",
+        ),
+        ("training",),
+        searched=True,
+    )
+)

@@ -1,0 +1,145 @@
+"""The exchange registry: one entry per technique, its quality cost, and what the planner and reports do
+with it."""
+
+import typing
+
+import pytest
+
+from aitrinity import api, catalog
+from aitrinity.plan import registry
+from aitrinity.plan.breakeven import report
+from aitrinity.plan.exchanges import CATALOG, ExchangeInfo
+from aitrinity.plan.registry import Exchange, Quality
+from aitrinity.plan.search_serving import search_serving
+from aitrinity.spec import exchanges as ex
+from aitrinity.spec._base import validate
+from aitrinity.spec.scenario import Plan, Scenario, ServingJob
+from tests.conftest import make_system
+
+
+def _union() -> tuple[type, ...]:
+    return typing.get_args(typing.get_args(ex.ExchangeSpec)[0])
+
+
+def test_every_plan_exchange_is_registered_with_its_spec_and_workload():
+    for cls in _union():
+        kind = typing.get_args(cls.model_fields["kind"].annotation)[0]
+        x = registry.get(kind)
+        assert x.spec is cls, kind
+        assert x.workloads == (("training",) if kind in ex.TRAINING_ONLY else ("serving",)), kind
+
+
+def test_every_registered_technique_names_its_pathway_and_source():
+    kinds = [x.kind for x in registry.registered()]
+    assert len(kinds) == len(set(kinds)) == len(CATALOG)
+    for x in registry.registered():
+        assert x.info.source and x.info.title and "->" in x.info.pathway, x.kind
+        assert CATALOG[x.kind] is x.info
+    assert {"tp", "pp", "zero", "recompute", "sequence-parallel", "edge-split"} <= set(kinds)
+    assert [x.kind for x in registry.registered("edge")] == ["edge-split"]
+
+
+def test_a_second_technique_of_a_kind_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.get("zero"))
+    with pytest.raises(KeyError, match="no exchange"):
+        registry.get("no-such-technique")
+
+
+def test_a_technique_registered_from_outside_is_listed_described_and_quality_priced():
+    """What the registry alone gives a new technique today (its ledger effect still lives in the builders)."""
+    toy = Exchange(
+        ExchangeInfo(
+            "toy-codec",
+            "toy codec",
+            "compute->bandwidth",
+            "encode work",
+            "link bytes",
+            None,
+            "below",
+            "faster",
+            "this test",
+        ),
+        ("serving",),
+        quality=lambda e: Quality(accuracy_drop=e.loss, source="this test"),
+    )
+    registry.register(toy)
+    try:
+        assert CATALOG["toy-codec"].pathway == "compute->bandwidth"
+        assert toy in registry.registered("serving")
+
+        class Entry(typing.NamedTuple):
+            kind: str
+            loss: float
+
+        q = registry.quality_of([Entry("toy-codec", 0.03), ex.KVCompression(kind="kv-compression", bits=4)])
+        assert q.accuracy_drop == pytest.approx(0.03 + 0.01)
+        assert "this test" in q.source and "KVQuant" in q.source
+    finally:
+        registry.unregister("toy-codec")
+    assert "toy-codec" not in CATALOG
+
+
+def test_quality_costs_combine_drops_add_and_step_factors_multiply():
+    entries = [
+        ex.WeightQuantization(kind="weight-quantization", dtype="int4"),
+        ex.KVQuantization(kind="kv-quantization", dtype="int4"),
+        ex.LocalSGD(kind="local-sgd", period=4, steps_factor=1.5),
+        ex.GradientCompression(kind="gradient-compression", method="topk", steps_factor=1.2),
+        ex.OptimizerOffload(kind="optimizer-offload"),
+    ]
+    q = registry.quality_of(entries)
+    assert q.accuracy_drop == pytest.approx(0.02 + 0.01)
+    assert q.steps_factor == pytest.approx(1.5 * 1.2)
+    assert registry.quality_of([ex.WeightQuantization(kind="weight-quantization", dtype="fp8")]).free
+
+
+def test_the_serving_search_keeps_to_the_accuracy_budget_and_reports_each_plans_loss():
+    m = catalog.model("llama-3.1-70b")
+    system = make_system(n=8, host_memory="host-dram")
+    strict = search_serving(m, ServingJob(prompt_tokens=2048, output_tokens=256, batch=16), Plan(), system)
+    loose = search_serving(
+        m, ServingJob(prompt_tokens=2048, output_tokens=256, batch=16, max_accuracy_drop=0.05), Plan(), system
+    )
+    assert strict.feasible < loose.feasible
+    assert any(r.reason == "accuracy drop above the budget" and r.count > 0 for r in strict.infeasible)
+    for c in [*strict.top, *strict.pareto]:
+        assert c.weight_quantization in ("none", "fp8") and c.accuracy_drop <= 0.01
+    table = {"none": 0.0, "fp8": 0.0, "int8": 0.02, "int4": 0.02}
+    lossy = [c for c in loose.pareto if c.weight_quantization in ("int8", "int4")]
+    assert lossy, "with a 5% budget the frontier trades accuracy for memory"
+    for c in loose.pareto:
+        assert c.accuracy_drop == pytest.approx(table[c.weight_quantization])
+
+
+LOCAL_SGD = {
+    "name": "t",
+    "system": {"device": "h100-sxm", "num_devices": 64, "inter_node_link": "ethernet-25g"},
+    "workload": {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 256}},
+    "plan": {"zero": 1, "exchanges": [{"kind": "local-sgd", "period": 4}]},
+}
+
+
+def _local_sgd(steps_factor: float):
+    data = {
+        **LOCAL_SGD,
+        "plan": {"zero": 1, "exchanges": [{"kind": "local-sgd", "period": 4, "steps_factor": steps_factor}]},
+    }
+    r = api.resolve(validate(Scenario, data))
+    return report(r.scenario, r.model, r.system, 0)
+
+
+def test_local_sgd_pays_off_only_while_its_statistical_cost_is_within_what_the_link_leaves_it():
+    free = _local_sgd(1.0)
+    assert free.pays_off and "none assumed" in free.sentence
+    afford = free.time_per_unit_without_s / free.time_per_unit_with_s
+    assert afford > 1.0 and f"{afford:.2f}x" in free.sentence
+    within, beyond = _local_sgd(afford * 0.95), _local_sgd(afford * 1.05)
+    assert within.pays_off and not beyond.pays_off
+    # a statistical cost lowers the bandwidth below which local SGD pays off
+    assert within.threshold_Bps is not None and within.current_Bps < within.threshold_Bps
+    assert free.threshold_Bps is None or within.threshold_Bps < free.threshold_Bps
+    # period 4 can save at most 4x the synchronisation: a cost beyond what today's link leaves it may still pay
+    # on a slower link, or (as here, where the link already binds) on none at all
+    assert beyond.threshold_Bps is None or beyond.threshold_Bps < beyond.current_Bps
+    assert within.steps_factor == pytest.approx(afford * 0.95)
