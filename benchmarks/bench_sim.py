@@ -16,7 +16,12 @@ the adaptive Controller against every static plan and the hindsight oracle:
 the objective (time to finish / mean frame latency / dollars), adaptive vs the
 best static, adaptive vs the oracle.
 
-    python benchmarks/bench_sim.py [--part prefill|adaptive|all] [--seeds 0,1,2] [--json]
+Part ``serving``: ``trinity simulate serving``'s simulator on the full conversation trace (Llama-3.1-8B,
+8 x H100, without and with a global prefix cache of 30M tokens), the fast-forwarding engine against the
+previous one-event-per-iteration implementation (``fast_forward=False``) in the same run, alternating,
+median of ``--repeats``; results must be identical (goal: under 2 s on one core).
+
+    python benchmarks/bench_sim.py [--part prefill|adaptive|serving|all] [--seeds 0,1,2] [--repeats 3] [--json]
 """
 
 from __future__ import annotations
@@ -93,14 +98,66 @@ def adaptive(as_json: bool, seeds: list[int]) -> list[dict[str, object]]:
     return rows
 
 
+def serving(as_json: bool, repeats: int) -> list[dict[str, object]]:
+    from dataclasses import replace
+    from statistics import median
+
+    from aitrinity.sim.serving import for_device, simulate_serving
+
+    reqs = traces.load(TRACE)
+    m, d = catalog.model("llama-3.1-8b"), catalog.device("h100-sxm")
+    rows: list[dict[str, object]] = []
+    for cache in ("none", "global"):
+        cfg = replace(for_device(d, 8), prefix_cache=cache, cache_capacity_tokens=30_000_000)
+        walls: dict[bool, list[float]] = {True: [], False: []}
+        results = {}
+        for _ in range(repeats):
+            for ff in (True, False):
+                t = time.perf_counter()
+                results[ff] = simulate_serving(reqs, m, replace(cfg, fast_forward=ff))
+                walls[ff].append(time.perf_counter() - t)
+        same = results[True].model_dump(exclude={"events"}) == results[False].model_dump(exclude={"events"})
+        rows.append(
+            {
+                "prefix_cache": cache,
+                "requests": len(reqs),
+                "fast_s": median(walls[True]),
+                "per_iteration_s": median(walls[False]),
+                "speedup": median(walls[False]) / median(walls[True]),
+                "fast_events": results[True].events,
+                "per_iteration_events": results[False].events,
+                "identical": same,
+            }
+        )
+    if not as_json:
+        print(f"serving simulator, {len(reqs):,} requests, llama-3.1-8b on 8 x h100-sxm, one core, median of {repeats}")
+        head = f"{'prefix cache':13s} {'fast-forward':>13s} {'per iteration':>14s} {'speedup':>8s} {'events':>19s}"
+        print(head + " identical")
+        for r in rows:
+            print(
+                f"{r['prefix_cache']:13s} {r['fast_s']:12.2f}s {r['per_iteration_s']:13.2f}s {r['speedup']:7.1f}x "
+                f"{r['fast_events']:>8,} / {r['per_iteration_events']:>9,} {r['identical']}"
+            )
+        worst = max(float(r["fast_s"]) for r in rows)  # type: ignore[arg-type]
+        print(f"goal: < 2 s on one core -> {'met' if worst < 2 else 'missed'} ({worst:.2f} s)")
+    return rows
+
+
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they finish, redirected too
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "all"])
+    ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "serving", "all"])
+    ap.add_argument("--repeats", type=int, default=3, help="serving part: runs of each engine (median)")
     ap.add_argument("--seeds", default="0,1,2", help="adaptive part: comma-separated seeds (default 0,1,2)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    if a.part in ("serving", "all"):
+        out = serving(a.json, a.repeats)
+        if a.json:
+            print(json.dumps(out, indent=2))
+        if a.part == "serving":
+            return
     if a.part in ("adaptive", "all"):
         out = adaptive(a.json, [int(s) for s in a.seeds.split(",")])
         if a.json:

@@ -18,6 +18,16 @@ scores (``cost.flops``). TTFT = first token − arrival; TPOT = (last − first)
 (output − 1). Requests are routed to the instance with the fewest outstanding
 tokens.
 
+Fast-forward (``fast_forward``, the default): most iterations are pure decode steps of an unchanged
+batch -- nothing to admit, no prompt chunk, nobody finishing, KV room for every token. When an iteration
+starts such a stretch, its iterations up to the one before the first completion (or the first that
+would overflow the KV cache) are priced at once, in arrays, and one event is scheduled at the stretch's
+end. The stretch is applied lazily: whenever the router looks at the instances (an arrival, a hand-off),
+each stretch is applied up to its last iteration that has started, and a request routed to an instance
+in a stretch cuts it there. The arithmetic is the per-iteration one, in the same order, so the result
+is the same as with one event per iteration (``fast_forward=False``; ``tests/sim/test_serving.py``
+compares them exactly).
+
 Prefill/decode disaggregation (``prefill_instances`` > 0; DistServe, Zhong et
 al. OSDI'24; Mooncake, Qin et al. FAST'25): the first ``prefill_instances``
 instances only run prompt chunks; a prompt's last chunk yields the first
@@ -48,8 +58,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from aitrinity.cost.block_index import BlockIndex
-from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.flops import causal_score_flops, token_flops
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
@@ -138,6 +150,9 @@ class ServingConfig:
     step_time: StepTime | None = None
     """The iteration time of an instance from the operator model (:class:`OperatorStep`); None: the
     roofline above."""
+    fast_forward: bool = True
+    """Price a stretch of pure decode iterations (same batch, no admission, no completion, no preemption) at once
+    and apply it lazily (module doc); False: one event per iteration, the reference the tests compare with."""
 
 
 def for_device(d: DeviceSpec, instances: int = 1, **kw: Any) -> ServingConfig:
@@ -186,6 +201,18 @@ class _Req:
 
 
 @dataclass
+class _Run:
+    """``len(ends)`` decode iterations of the same requests, back to back from ``start``; ``applied`` of them
+    are in the requests' and the instance's state (the first one from the moment the run is made)."""
+
+    decode: list[_Req]
+    start: float
+    dts: np.ndarray
+    ends: np.ndarray
+    applied: int = 0
+
+
+@dataclass
 class _Instance:
     role: str = "both"
     """'both' (colocated), 'prefill' or 'decode' (disaggregated)."""
@@ -196,6 +223,8 @@ class _Instance:
     busy_s: float = 0.0
     peak_kv: int = 0
     link_free: float = 0.0
+    run: _Run | None = None
+    """A pure decode stretch priced ahead, applied up to the last of its iterations that has started."""
 
     def outstanding(self) -> int:
         return sum(r.prompt - r.prefilled + r.output - r.generated for r in (*self.waiting, *self.running))
@@ -226,6 +255,8 @@ class ServingSimResult(Result):
     """Every instance for the whole run at ``price_per_instance_hour``."""
     energy_J: float | None = None
     """Busy time x busy power + idle time x idle power, all instances."""
+    events: int = 0
+    """Simulator events processed: the work of the simulation itself (fewer with ``fast_forward``), not a result."""
 
 
 def simulate_serving(
@@ -239,6 +270,390 @@ def simulate_serving(
 ) -> ServingSimResult:
     """``progress(settled, total)``: requests finished or rejected so far, every 10,000 events and at the end.
     ``closed``: ignore ``requests`` and run that closed loop instead (:func:`simulate_closed_loop`)."""
+    return _Engine(requests, m, cfg, seed, progress, closed).run()
+
+
+class _Engine:
+    """One simulation: the instances, the router, the caches and the event handlers (module doc)."""
+
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        m: ModelSpec,
+        cfg: ServingConfig,
+        seed: int,
+        progress: Callable[[int, int], None] | None,
+        closed: ClosedLoop | None,
+    ) -> None:
+        _check(cfg)
+        self.m, self.cfg, self.closed, self.progress = m, cfg, closed, progress
+        self.weights = count(m).total * BYTES_PER_DTYPE[cfg.weights_dtype]
+        self.kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
+        self.capacity = int((cfg.hbm_bytes - self.weights) // self.kv_per_token)
+        if self.capacity <= 0:
+            raise ValueError(f"the weights ({self.weights:.3g} B) leave no room for KV in {cfg.hbm_bytes:.3g} B")
+        self.dense = token_flops(m).dense
+        self.score = (2.0 * m.num_layers * m.num_attention_heads, m.dim_head + m.v_head_dim, m.sliding_window)
+        self.sim = Simulator(seed)
+        npre = cfg.prefill_instances
+        self.insts = [_Instance("prefill" if k < npre else "decode" if npre else "both") for k in range(cfg.instances)]
+        self.prefill_pool = [k for k, x in enumerate(self.insts) if x.role != "decode"]
+        self.decode_pool = [k for k, x in enumerate(self.insts) if x.role != "prefill"]
+        self.rejected: dict[str, int] = {}
+        self.done: list[_Req] = []
+        self.admissions = self.preemptions = self.transfers = 0
+        self.moved = 0.0
+        self.block = cfg.cache_block_tokens
+        self.block_bytes = int(self.kv_per_token * self.block)
+        n_caches = 0 if cfg.prefix_cache == "none" else cfg.instances if cfg.prefix_cache == "local" else 1
+        per_cache = cfg.cache_capacity_tokens // self.block // max(n_caches, 1) * self.block_bytes
+        self.caches = [BlockIndex(per_cache, cfg.cache_policy) for _ in range(n_caches)]
+        self.block_flops: dict[int, float] = {}
+        self.hit_tokens = self.prompt_tokens = 0
+        self.loaded = 0.0
+        self.reqs = [
+            _Req(
+                k,
+                t.timestamp_ms / 1e3,
+                max(t.input_length, 1),
+                max(t.output_length, 1),
+                max(t.output_length, 1),
+                blocks=t.hash_ids,
+            )
+            for k, t in enumerate(requests if closed is None else ())
+        ]
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> ServingSimResult:
+        for r in self.reqs:
+            self.sim.at(r.arrival, self.arrive, r)
+        if self.closed is not None:
+            for _ in range(min(self.closed.clients, self.closed.requests)):
+                self.send(0.0)
+        self.sim.run(progress=self._settled if self.progress else None)
+        self._settled(0)
+        return self.result()
+
+    def _settled(self, _events: int) -> None:
+        if self.progress is not None:
+            total = len(self.reqs) if self.closed is None else self.closed.requests
+            self.progress(len(self.done) + sum(self.rejected.values()), total)
+
+    def send(self, at: float) -> None:
+        """A closed-loop client sends a request at ``at``; it reaches the engine after the request overhead."""
+        closed = self.closed
+        assert closed is not None
+        o = max(closed.output_tokens, 1)
+        r = _Req(len(self.reqs), at, max(closed.prompt_tokens, 1), o, o)
+        self.reqs.append(r)
+        mean = closed.request_overhead_s
+        overhead = float(self.sim.rng.exponential(mean)) if mean > 0 else 0.0
+        self.sim.at(at + overhead, self.arrive, r)
+
+    # ------------------------------------------------------------------ routing and caches
+
+    def cache_of(self, i: int) -> BlockIndex | None:
+        if not self.caches:
+            return None
+        return self.caches[i] if self.cfg.prefix_cache == "local" else self.caches[0]
+
+    def cached_tokens(self, i: int, r: _Req) -> int:
+        c = self.cache_of(i)
+        if c is None:
+            return 0
+        return min(c.prefix(r.blocks[: r.prompt // self.block]) * self.block, r.prompt - 1)
+
+    def enqueue(self, pool: list[int], r: _Req, front: bool = False) -> None:
+        insts = self.insts
+        for k in pool:  # the router sees every instance as it is now
+            if insts[k].run is not None:
+                self._apply(insts[k], self.sim.now)
+        if self.cfg.prefix_cache == "local" and not front:  # cache-aware: outstanding work less what is cached
+            i = min(pool, key=lambda k: (insts[k].outstanding() - self.cached_tokens(k, r), k))
+        else:
+            i = min(pool, key=lambda k: (insts[k].outstanding(), k))
+        if front:
+            insts[i].waiting.appendleft(r)
+        else:
+            insts[i].waiting.append(r)
+        if insts[i].run is not None:  # its next iteration may admit the request: the stretch ends there
+            self._cut(i)
+        if not insts[i].busy:
+            insts[i].busy = True
+            self.sim.at(self.sim.now, self.iterate, i)
+
+    def arrive(self, r: _Req) -> None:
+        if r.prompt + r.output > self.capacity:
+            why = "needs more KV than an instance holds"
+            self.rejected[why] = self.rejected.get(why, 0) + 1
+            return
+        self.enqueue(self.prefill_pool, r)
+
+    # ------------------------------------------------------------------ disaggregation
+
+    def hand_off(self, i: int, r: _Req, ready: float) -> None:
+        """A prefilled request's KV leaves prefill instance i over the KV link."""
+        inst = self.insts[i]
+        nbytes = self.kv_per_token * r.kv_tokens
+        start = max(ready, inst.link_free)
+        inst.link_free = start + self.cfg.kv_link_latency_s + nbytes / self.cfg.kv_link_Bps
+        self.transfers += 1
+        self.moved += nbytes
+        self.sim.at(inst.link_free, self.transferred, i, r)
+
+    def transferred(self, src: int, r: _Req) -> None:
+        inst = self.insts[src]
+        inst.kv_used -= r.reserved  # the KV has left the prefill instance
+        self.enqueue(self.decode_pool, r)
+        if not inst.busy and (inst.waiting or inst.running):
+            inst.busy = True
+            self.sim.at(self.sim.now, self.iterate, src)
+
+    def preempt(self, inst: _Instance) -> None:
+        victim = max(inst.running, key=lambda r: r.admitted_at)
+        inst.running.remove(victim)
+        inst.kv_used -= victim.reserved
+        # recompute preemption (vLLM): the tokens it produced join its prompt; it keeps its first-token time
+        victim.prompt += victim.generated
+        victim.output -= victim.generated
+        victim.prefilled = victim.generated = 0
+        self.preemptions += 1
+        if inst.role == "decode":  # back to the prefill pool to be recomputed there
+            self.enqueue(self.prefill_pool, victim, front=True)
+        else:
+            inst.waiting.appendleft(victim)
+
+    # ------------------------------------------------------------------ one iteration of an instance
+
+    def iterate(self, i: int, run: _Run | None = None) -> None:
+        inst, cfg = self.insts[i], self.cfg
+        if inst.run is not None or run is not None:
+            if run is not inst.run:  # the end of a stretch that was cut
+                return
+            self._apply(inst, float("inf"))
+            inst.run = None
+        decode = [r for r in inst.running if r.prefilled == r.prompt]
+        # one KV slot per decode token; preempt the newest requests until they fit
+        while decode and inst.kv_used + len(decode) > self.capacity:
+            self.preempt(inst)
+            decode = [r for r in inst.running if r.prefilled == r.prompt]
+        admitted = self.admissions
+        chunks, load_bytes = self._schedule(i, inst, len(decode))
+        if cfg.fast_forward and decode and not chunks and admitted == self.admissions and self._fast_forward(i, decode):
+            return
+        if not decode and not chunks:
+            if any(r.prefilled == r.prompt for r in inst.running):  # just admitted, prefilled elsewhere
+                self.sim.at(self.sim.now, self.iterate, i)
+                return
+            inst.busy = False
+            return
+        dt = self._step_time(decode, chunks) + load_bytes / cfg.cache_load_Bps
+        self.loaded += load_bytes
+        end = self.sim.now + dt
+        inst.busy_s += dt
+        for r in decode:
+            r.generated += 1
+            inst.kv_used += 1
+            r.last_token = end
+        for r, n in chunks:
+            self._prefilled(i, r, n, end)
+        inst.peak_kv = max(inst.peak_kv, inst.kv_used)
+        self._finish(inst, end)
+        if inst.role == "prefill":
+            for r in [r for r in inst.running if r.prefilled == r.prompt]:
+                inst.running.remove(r)  # its KV stays reserved here until the transfer ends
+                self.hand_off(i, r, end)
+        self.sim.at(end, self.iterate, i)
+
+    def _fast_forward(self, i: int, decode: list[_Req]) -> bool:
+        """Start a stretch of pure decode iterations here, if at least two are certain (module doc)."""
+        inst, n = self.insts[i], len(decode)
+        steps = min(r.output - r.generated for r in decode) - 1  # the iteration that finishes one runs alone
+        steps = min(steps, (self.capacity - inst.kv_used) // n)  # every iteration's tokens fit
+        if steps < 2:
+            return False
+        dts = self._decode_times(decode, steps)
+        now = self.sim.now
+        ends = np.cumsum(np.concatenate(([now], dts)))[1:]  # now + dt, + dt, ...: the per-iteration sums
+        inst.run = _Run(decode, now, dts, ends)
+        self._apply(inst, now)  # its first iteration starts now
+        self.sim.at(float(ends[-1]), self.iterate, i, inst.run)
+        return True
+
+    def _decode_times(self, decode: list[_Req], steps: int) -> np.ndarray:
+        """Times of ``steps`` decode iterations of ``decode``, each request one token further per iteration; the
+        same arithmetic as :meth:`_step_time`, element-wise."""
+        n, cfg = len(decode), self.cfg
+        held = sum(r.kv_tokens for r in decode)
+        if cfg.step_time is not None:
+            return np.array([cfg.step_time(n, (held + n * j) / n, 0, 0.0) for j in range(steps)])
+        j = np.arange(steps)
+        ctx = np.array([r.kv_tokens + 1 for r in decode])[:, None] + j[None, :]
+        a, b, w = self.score
+        if w:
+            ctx = np.minimum(ctx, w)
+        scores = (a * ctx * b).sum(axis=0)
+        flops = self.dense * n + scores
+        nbytes = self.weights + self.kv_per_token * (held + n * j + n)
+        dts: np.ndarray = np.maximum(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+        return dts
+
+    def _apply(self, inst: _Instance, now: float) -> None:
+        """Apply the stretch's iterations that have started by ``now`` (each at its start, as the event per
+        iteration would have)."""
+        run = inst.run
+        assert run is not None
+        if run.applied and not run.ends[run.applied - 1] < now:  # the next iteration has not started
+            return
+        started = 1 + int(np.searchsorted(run.ends[:-1], now, side="left"))  # iteration j starts at ends[j-1]
+        k = started - run.applied
+        for r in run.decode:
+            r.generated += k
+            r.last_token = float(run.ends[started - 1])
+        inst.kv_used += k * len(run.decode)
+        inst.busy_s = float(np.cumsum(np.concatenate(([inst.busy_s], run.dts[run.applied : started])))[-1])
+        inst.peak_kv = max(inst.peak_kv, inst.kv_used)
+        run.applied = started
+
+    def _cut(self, i: int) -> None:
+        """End instance i's stretch after its iterations that have started; the next one is a normal iteration."""
+        inst = self.insts[i]
+        run = inst.run
+        assert run is not None
+        self._apply(inst, self.sim.now)
+        inst.run = None
+        self.sim.at(float(run.ends[run.applied - 1]), self.iterate, i)
+
+    def _schedule(self, i: int, inst: _Instance, n_decode: int) -> tuple[list[tuple[_Req, int]], float]:
+        """Fill the token budget after the decodes: running prompts' next chunks, then waiting requests admitted in
+        order while their whole prompt and first token fit (with their cached prefix loaded, not computed)."""
+        budget = self.cfg.token_budget - n_decode
+        chunks: list[tuple[_Req, int]] = []
+        load_bytes = 0.0
+        for r in inst.running:
+            if r.prefilled < r.prompt and budget > 0:
+                n = min(budget, r.prompt - r.prefilled)
+                chunks.append((r, n))
+                budget -= n
+        while inst.waiting and budget > 0 and len(inst.running) < self.cfg.max_batch:
+            r = inst.waiting[0]
+            if inst.kv_used + n_decode + r.reserved > self.capacity:
+                break
+            inst.waiting.popleft()
+            r.admitted_at = self.admissions
+            self.admissions += 1
+            inst.running.append(r)
+            inst.kv_used += r.reserved  # the whole prompt and the token its last chunk yields (or has yielded)
+            if r.prefilled == 0 and inst.role != "decode":
+                hit = self.cached_tokens(i, r)
+                r.prefilled = hit
+                load_bytes += hit * self.kv_per_token
+                if not r.counted:
+                    r.counted = True
+                    self.hit_tokens += hit
+                    self.prompt_tokens += r.prompt
+            if r.prefilled < r.prompt:
+                n = min(budget, r.prompt - r.prefilled)
+                chunks.append((r, n))
+                budget -= n
+        return chunks, load_bytes
+
+    def _step_time(self, decode: list[_Req], chunks: list[tuple[_Req, int]]) -> float:
+        """The iteration's time without the cache loads: the operator model, or the roofline (module doc)."""
+        cfg, m = self.cfg, self.m
+        if cfg.step_time is not None:
+            ctx = sum(r.kv_tokens for r in decode) / len(decode) if decode else 0.0
+            chunk = sum(n for _, n in chunks) / len(chunks) if chunks else 0.0
+            return cfg.step_time(len(decode), ctx, len(chunks), chunk)
+        tokens = len(decode) + sum(n for _, n in chunks)
+        a, b, w = self.score  # score_flops_per_query, its factors hoisted (the same products, in the same order)
+        flops = self.dense * tokens + sum(a * (min(r.kv_tokens + 1, w) if w else r.kv_tokens + 1) * b for r in decode)
+        flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
+        nbytes = self.weights + self.kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
+        return max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+
+    def _prefilled(self, i: int, r: _Req, n: int, end: float) -> None:
+        """A chunk of ``n`` prompt tokens is computed; the prompt's last chunk yields a token (its slot was reserved)
+        and puts the prompt's blocks in the cache."""
+        r.prefilled += n
+        if r.prefilled != r.prompt:
+            return
+        r.generated += 1
+        r.last_token = end
+        c = self.cache_of(i)
+        if c is not None:
+            for j, b in enumerate(r.blocks[: r.prompt // self.block]):
+                if not c.touch(b) and c.fits(self.block_bytes):
+                    c.insert(b, self.block_bytes, self._block_flops(j))
+        if r.first_token is None:
+            r.first_token = end
+
+    def _block_flops(self, j: int) -> float:
+        """The prefill FLOPs of a prompt's ``j``-th block (what the cache saves by holding it), memoized."""
+        flops = self.block_flops.get(j)
+        if flops is None:
+            B = self.block
+            flops = self.block_flops[j] = causal_score_flops(self.m, j * B, B) + self.dense * B
+        return flops
+
+    def _finish(self, inst: _Instance, end: float) -> None:
+        """Requests that produced their last token leave; a closed-loop client sends its next request."""
+        for r in [r for r in inst.running if r.prefilled == r.prompt and r.generated >= r.output]:
+            inst.running.remove(r)
+            inst.kv_used -= r.reserved
+            self.done.append(r)
+            if self.closed is not None and len(self.reqs) < self.closed.requests:
+                self.send(end)
+
+    # ------------------------------------------------------------------ the result
+
+    def result(self) -> ServingSimResult:
+        cfg, done, insts = self.cfg, self.done, self.insts
+        first = min((r.arrival for r in self.reqs), default=0.0)
+        span = max(self.sim.now - first, 1e-12)
+        busy = sum(x.busy_s for x in insts)
+        cost = cfg.price_per_instance_hour * cfg.instances * span / 3600 if cfg.price_per_instance_hour else None
+        energy = busy * cfg.busy_W + (cfg.instances * span - busy) * cfg.idle_W if cfg.busy_W else None
+        ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
+        tpot = [
+            (r.last_token - r.first_token) / (r.asked - 1)
+            for r in done
+            if r.asked > 1 and r.first_token is not None and r.last_token is not None
+        ]
+        good = sum(
+            1
+            for r in done
+            if r.first_token is not None
+            and r.last_token is not None
+            and r.first_token - r.arrival <= cfg.slo_ttft_s
+            and (r.asked <= 1 or (r.last_token - r.first_token) / (r.asked - 1) <= cfg.slo_tpot_s)
+        )
+        return ServingSimResult(
+            requests=len(self.reqs),
+            finished=len(done),
+            rejected=self.rejected,
+            preemptions=self.preemptions,
+            ttft_s=percentiles(ttft),
+            tpot_s=percentiles(tpot),
+            goodput_rps=good / span,
+            output_tokens_per_s=sum(r.asked for r in done) / span,
+            kv_capacity_tokens=self.capacity,
+            peak_kv_tokens=[x.peak_kv for x in insts],
+            utilization=[x.busy_s / span for x in insts],
+            makespan_s=span,
+            prefix_hit_tokens=int(self.hit_tokens),
+            prefix_token_hit_rate=self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+            prefix_bytes_loaded=self.loaded,
+            kv_transfers=self.transfers,
+            kv_transfer_bytes=self.moved,
+            cost_usd=cost,
+            energy_J=energy,
+            events=self.sim.processed,
+        )
+
+
+def _check(cfg: ServingConfig) -> None:
     if cfg.instances < 1 or cfg.token_budget < 1 or cfg.max_batch < 1:
         raise ValueError("instances, token_budget and max_batch must be positive")
     if cfg.prefill_instances and not 0 < cfg.prefill_instances < cfg.instances:
@@ -249,249 +664,6 @@ def simulate_serving(
         raise ValueError("prefix_cache must be none, local or global")
     if cfg.prefix_cache != "none" and (cfg.cache_block_tokens < 1 or cfg.cache_load_Bps <= 0):
         raise ValueError("cache_block_tokens and cache_load_Bps must be positive")
-    pc = count(m)
-    weights = pc.total * BYTES_PER_DTYPE[cfg.weights_dtype]
-    kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
-    capacity = int((cfg.hbm_bytes - weights) // kv_per_token)
-    if capacity <= 0:
-        raise ValueError(f"the weights ({weights:.3g} B) leave no room for KV in {cfg.hbm_bytes:.3g} B")
-    dense = token_flops(m).dense
-    sim = Simulator(seed)
-    npre = cfg.prefill_instances
-    insts = [_Instance("prefill" if k < npre else "decode" if npre else "both") for k in range(cfg.instances)]
-    prefill_pool = [k for k, x in enumerate(insts) if x.role != "decode"]
-    decode_pool = [k for k, x in enumerate(insts) if x.role != "prefill"]
-    rejected: dict[str, int] = {}
-    done: list[_Req] = []
-    state = {"admissions": 0, "preemptions": 0, "transfers": 0}
-    moved = [0.0]
-    CB = cfg.cache_block_tokens
-    block_bytes = int(kv_per_token * CB)
-    n_caches = 0 if cfg.prefix_cache == "none" else cfg.instances if cfg.prefix_cache == "local" else 1
-    caches = [
-        BlockIndex(cfg.cache_capacity_tokens // CB // n_caches * block_bytes, cfg.cache_policy) for _ in range(n_caches)
-    ]
-    reuse = {"hit": 0, "prompt": 0, "loaded": 0.0}
-
-    def cache_of(i: int) -> BlockIndex | None:
-        return caches[i] if cfg.prefix_cache == "local" else caches[0] if caches else None
-
-    def cached_tokens(i: int, r: _Req) -> int:
-        c = cache_of(i)
-        if c is None:
-            return 0
-        return min(c.prefix(r.blocks[: r.prompt // CB]) * CB, r.prompt - 1)
-
-    def enqueue(pool: list[int], r: _Req, front: bool = False) -> None:
-        if cfg.prefix_cache == "local" and not front:  # cache-aware: outstanding work less what is cached there
-            i = min(pool, key=lambda k: (insts[k].outstanding() - cached_tokens(k, r), k))
-        else:
-            i = min(pool, key=lambda k: (insts[k].outstanding(), k))
-        if front:
-            insts[i].waiting.appendleft(r)
-        else:
-            insts[i].waiting.append(r)
-        if not insts[i].busy:
-            insts[i].busy = True
-            sim.at(sim.now, iterate, i)
-
-    def arrive(r: _Req) -> None:
-        if r.prompt + r.output > capacity:
-            why = "needs more KV than an instance holds"
-            rejected[why] = rejected.get(why, 0) + 1
-            return
-        enqueue(prefill_pool, r)
-
-    def transferred(src: int, r: _Req) -> None:
-        inst = insts[src]
-        inst.kv_used -= r.reserved  # the KV has left the prefill instance
-        enqueue(decode_pool, r)
-        if not inst.busy and (inst.waiting or inst.running):
-            inst.busy = True
-            sim.at(sim.now, iterate, src)
-
-    def hand_off(i: int, r: _Req, ready: float) -> None:
-        """A prefilled request's KV leaves prefill instance i over the KV link."""
-        inst = insts[i]
-        nbytes = kv_per_token * r.kv_tokens
-        start = max(ready, inst.link_free)
-        inst.link_free = start + cfg.kv_link_latency_s + nbytes / cfg.kv_link_Bps
-        state["transfers"] += 1
-        moved[0] += nbytes
-        sim.at(inst.link_free, transferred, i, r)
-
-    def preempt(inst: _Instance) -> None:
-        victim = max(inst.running, key=lambda r: r.admitted_at)
-        inst.running.remove(victim)
-        inst.kv_used -= victim.reserved
-        # recompute preemption (vLLM): the tokens it produced join its prompt; it keeps its first-token time
-        victim.prompt += victim.generated
-        victim.output -= victim.generated
-        victim.prefilled = victim.generated = 0
-        state["preemptions"] += 1
-        if inst.role == "decode":  # back to the prefill pool to be recomputed there
-            enqueue(prefill_pool, victim, front=True)
-        else:
-            inst.waiting.appendleft(victim)
-
-    def iterate(i: int) -> None:
-        inst = insts[i]
-        decode = [r for r in inst.running if r.prefilled == r.prompt]
-        # one KV slot per decode token; preempt the newest requests until they fit
-        while decode and inst.kv_used + len(decode) > capacity:
-            preempt(inst)
-            decode = [r for r in inst.running if r.prefilled == r.prompt]
-        budget = cfg.token_budget - len(decode)
-        chunks: list[tuple[_Req, int]] = []
-        load_bytes = 0.0
-        for r in inst.running:
-            if r.prefilled < r.prompt and budget > 0:
-                n = min(budget, r.prompt - r.prefilled)
-                chunks.append((r, n))
-                budget -= n
-        while inst.waiting and budget > 0 and len(inst.running) < cfg.max_batch:
-            r = inst.waiting[0]
-            if inst.kv_used + len(decode) + r.reserved > capacity:
-                break
-            inst.waiting.popleft()
-            r.admitted_at = state["admissions"]
-            state["admissions"] += 1
-            inst.running.append(r)
-            inst.kv_used += r.reserved  # the whole prompt and the token its last chunk yields (or has yielded)
-            if r.prefilled == 0 and inst.role != "decode":
-                hit = cached_tokens(i, r)
-                r.prefilled = hit
-                load_bytes += hit * kv_per_token
-                if not r.counted:
-                    r.counted = True
-                    reuse["hit"] += hit
-                    reuse["prompt"] += r.prompt
-            if r.prefilled < r.prompt:
-                n = min(budget, r.prompt - r.prefilled)
-                chunks.append((r, n))
-                budget -= n
-        if not decode and not chunks:
-            if any(r.prefilled == r.prompt for r in inst.running):  # just admitted, prefilled elsewhere
-                sim.at(sim.now, iterate, i)
-                return
-            inst.busy = False
-            return
-        tokens = len(decode) + sum(n for _, n in chunks)
-        if cfg.step_time is not None:
-            ctx = sum(r.kv_tokens for r in decode) / len(decode) if decode else 0.0
-            chunk = sum(n for _, n in chunks) / len(chunks) if chunks else 0.0
-            dt = cfg.step_time(len(decode), ctx, len(chunks), chunk) + load_bytes / cfg.cache_load_Bps
-        else:
-            flops = dense * tokens + sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
-            flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
-            nbytes = weights + kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
-            dt = max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
-            dt += load_bytes / cfg.cache_load_Bps
-        reuse["loaded"] += load_bytes
-        end = sim.now + dt
-        inst.busy_s += dt
-        for r in decode:
-            r.generated += 1
-            inst.kv_used += 1
-            r.last_token = end
-        for r, n in chunks:
-            r.prefilled += n
-            if r.prefilled == r.prompt:  # the prompt's last chunk yields a token (its slot was reserved)
-                r.generated += 1
-                r.last_token = end
-                c = cache_of(i)
-                if c is not None:  # the prompt's KV exists now: its blocks enter the cache
-                    for j, b in enumerate(r.blocks[: r.prompt // CB]):
-                        if not c.touch(b) and c.fits(block_bytes):
-                            c.insert(b, block_bytes, causal_score_flops(m, j * CB, CB) + dense * CB)
-                if r.first_token is None:
-                    r.first_token = end
-        inst.peak_kv = max(inst.peak_kv, inst.kv_used)
-        for r in [r for r in inst.running if r.prefilled == r.prompt and r.generated >= r.output]:
-            inst.running.remove(r)
-            inst.kv_used -= r.reserved
-            done.append(r)
-            if closed is not None and len(reqs) < closed.requests:  # its client sends the next one
-                send(end)
-        if inst.role == "prefill":
-            for r in [r for r in inst.running if r.prefilled == r.prompt]:
-                inst.running.remove(r)  # its KV stays reserved here until the transfer ends
-                hand_off(i, r, end)
-        sim.at(end, iterate, i)
-
-    reqs = [
-        _Req(
-            k,
-            t.timestamp_ms / 1e3,
-            max(t.input_length, 1),
-            max(t.output_length, 1),
-            max(t.output_length, 1),
-            blocks=t.hash_ids,
-        )
-        for k, t in enumerate(requests if closed is None else ())
-    ]
-    for r in reqs:
-        sim.at(r.arrival, arrive, r)
-
-    def send(at: float) -> None:
-        """A closed-loop client sends a request at ``at``; it reaches the engine after the request overhead."""
-        assert closed is not None
-        o = max(closed.output_tokens, 1)
-        r = _Req(len(reqs), at, max(closed.prompt_tokens, 1), o, o)
-        reqs.append(r)
-        overhead = float(sim.rng.exponential(closed.request_overhead_s)) if closed.request_overhead_s > 0 else 0.0
-        sim.at(at + overhead, arrive, r)
-
-    if closed is not None:
-        for _ in range(min(closed.clients, closed.requests)):
-            send(0.0)
-
-    def settled(_events: int) -> None:
-        if progress is not None:
-            progress(len(done) + sum(rejected.values()), len(requests) if closed is None else closed.requests)
-
-    sim.run(progress=settled if progress else None)
-    settled(0)
-    first = min((r.arrival for r in reqs), default=0.0)
-    span = max(sim.now - first, 1e-12)
-    busy = sum(x.busy_s for x in insts)
-    cost = cfg.price_per_instance_hour * cfg.instances * span / 3600 if cfg.price_per_instance_hour else None
-    energy = busy * cfg.busy_W + (cfg.instances * span - busy) * cfg.idle_W if cfg.busy_W else None
-    ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
-    tpot = [
-        (r.last_token - r.first_token) / (r.asked - 1)
-        for r in done
-        if r.asked > 1 and r.first_token is not None and r.last_token is not None
-    ]
-    good = sum(
-        1
-        for r in done
-        if r.first_token is not None
-        and r.last_token is not None
-        and r.first_token - r.arrival <= cfg.slo_ttft_s
-        and (r.asked <= 1 or (r.last_token - r.first_token) / (r.asked - 1) <= cfg.slo_tpot_s)
-    )
-    return ServingSimResult(
-        requests=len(reqs),
-        finished=len(done),
-        rejected=rejected,
-        preemptions=state["preemptions"],
-        ttft_s=percentiles(ttft),
-        tpot_s=percentiles(tpot),
-        goodput_rps=good / span,
-        output_tokens_per_s=sum(r.asked for r in done) / span,
-        kv_capacity_tokens=capacity,
-        peak_kv_tokens=[x.peak_kv for x in insts],
-        utilization=[x.busy_s / span for x in insts],
-        makespan_s=span,
-        prefix_hit_tokens=int(reuse["hit"]),
-        prefix_token_hit_rate=reuse["hit"] / reuse["prompt"] if reuse["prompt"] else 0.0,
-        prefix_bytes_loaded=reuse["loaded"],
-        kv_transfers=state["transfers"],
-        kv_transfer_bytes=moved[0],
-        cost_usd=cost,
-        energy_J=energy,
-    )
 
 
 def simulate_closed_loop(

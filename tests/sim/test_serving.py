@@ -1,5 +1,7 @@
 """Continuous batching with a KV limit: every request finishes or is rejected with a reason, KV never overflows."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -188,3 +190,53 @@ def test_operator_step_memo_matches_the_operator_model():
     want = float(step_times(m, k, Layout(tp=2), StepShape(16, 1024, 1, 512), 1e-3).total)
     assert step(16, 1024.0, 1, 512.0) == pytest.approx(want)
     assert step(16, 1030.0, 1, 512.0) == step(16, 1024.0, 1, 512.0)  # contexts within the memo grain share
+
+
+def _same(fast, reference):
+    """Every result field equal (exactly), the event count apart."""
+    assert fast.model_dump(exclude={"events"}) == reference.model_dump(exclude={"events"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reqs=st.lists(
+        st.tuples(st.floats(0, 5), st.integers(1, 400), st.integers(1, 200), st.integers(0, 3)), min_size=1, max_size=40
+    ).map(lambda rows: [TraceRequest(t * 1000, p, o, tuple(range(g, g + p // 16))) for t, p, o, g in sorted(rows)]),
+    kv=st.integers(64, 3000),
+    instances=st.integers(1, 3),
+    budget=st.integers(16, 512),
+    disaggregated=st.booleans(),
+    cache=st.sampled_from(["none", "local", "global"]),
+)
+def test_fast_forward_gives_exactly_the_per_iteration_result(reqs, kv, instances, budget, disaggregated, cache):
+    pd = {"prefill_instances": 1, "kv_link_Bps": 1e8} if disaggregated and instances > 1 else {}
+    pc = {"prefix_cache": cache, "cache_capacity_tokens": 2000, "cache_block_tokens": 16} if cache != "none" else {}
+    cfg = config(kv, instances, token_budget=budget, max_batch=8, **pd, **pc)
+    fast = simulate_serving(reqs, M, cfg)
+    _same(fast, simulate_serving(reqs, M, replace(cfg, fast_forward=False)))
+
+
+def test_fast_forward_on_the_conversation_trace_and_a_closed_loop():
+    """The first 400 requests of the Mooncake trace on 2 H100s (a global prefix cache; then disaggregated with
+    little KV room, so that requests are preempted), and a closed loop timed by the operator model."""
+    from aitrinity import catalog, silicon
+    from aitrinity.catalog import traces
+    from aitrinity.cost.concurrency import profile
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, simulate_closed_loop
+
+    m, dev = catalog.model("llama-3.1-8b"), catalog.device("h100-sxm")
+    reqs = traces.load(traces.conversation_trace())[:400]
+    cached = for_device(dev, 2, prefix_cache="global", cache_capacity_tokens=1_000_000)
+    tight = for_device(dev, 3, prefill_instances=1, hbm_bytes=dev.memory_capacity_bytes * 0.22)
+    for cfg in (cached, tight):
+        fast = simulate_serving(reqs, m, cfg)
+        reference = simulate_serving(reqs, m, replace(cfg, fast_forward=False))
+        _same(fast, reference)
+        assert fast.events < reference.events / 2  # it did fast-forward
+    assert simulate_serving(reqs, m, tight).preemptions > 0
+    kernels = silicon.kernels(dev, "vllm", None).kernels
+    step = OperatorStep(m, kernels, Layout(tp=1, weight_dtype="bf16", engine="vllm"), profile("vllm").step_overhead_s)
+    cfg = for_device(dev, 1, token_budget=2048, max_batch=32, step_time=step)
+    loop = ClosedLoop(16, 1024, 128, 96, 0.04)
+    _same(simulate_closed_loop(m, cfg, loop), simulate_closed_loop(m, replace(cfg, fast_forward=False), loop))
