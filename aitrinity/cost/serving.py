@@ -36,7 +36,9 @@ Exchanges (``plan.exchanges``, see :mod:`aitrinity.cost.effects`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import find
@@ -81,14 +83,41 @@ class ServingEffects:
     prefix_hit: float
     prefix_tier: str
     kv_wire_ratio: float
-    """Bytes on a link per KV byte (KV compression before transfer)."""
+    """Bytes on a link per KV byte of the cache's dtype (KV compression before transfer: bits / 8 / its bytes)."""
     dequant_flops_per_weight: float
     prefix_capacity_bytes: float = 0.0
     """A prefix cache given a capacity holds that many KV bytes in its tier (whole model)."""
+    kv_wire_scale: float = 1.0
+    """A further factor on the KV bytes that cross a link or tier, whatever the cache's dtype (registered
+    techniques' effects set it; the built-in KV compression sets ``kv_wire_ratio``)."""
+
+    @property
+    def kv_wire(self) -> float:
+        """Bytes on a link per KV byte, every factor applied."""
+        return self.kv_wire_ratio * self.kv_wire_scale
+
+
+ServingEffect = Callable[[Any, Plan, ServingEffects], tuple[Plan, ServingEffects]]
+"""What one ``plan.exchanges`` entry does to the serving numbers: (entry, plan, effects so far) -> both after it."""
+
+EXTRA_EFFECTS: dict[str, ServingEffect] = {}
+"""The effects of exchanges registered besides the built-in ones, by kind (:func:`aitrinity.plan.registry.register`
+fills it). Every pricing path -- the scalar ledger, ``diagnose``'s estimate and the planner's vectorized rows --
+reads the exchanges through :func:`effects`, so an effect given here is written once for all of them."""
 
 
 def effects(plan: Plan) -> tuple[Plan, ServingEffects]:
-    """The plan with quantized dtypes applied, and the other serving exchanges as numbers."""
+    """The plan with quantized dtypes applied, and the other serving exchanges as numbers (built-in techniques,
+    then registered ones in the plan's order)."""
+    eff_plan, fx = _builtin_effects(plan)
+    for x in plan.exchanges:
+        extra = EXTRA_EFFECTS.get(x.kind)
+        if extra is not None:
+            eff_plan, fx = extra(x, eff_plan, fx)
+    return eff_plan, fx
+
+
+def _builtin_effects(plan: Plan) -> tuple[Plan, ServingEffects]:
     wq, kq = find(plan, "weight-quantization"), find(plan, "kv-quantization")
     update: dict[str, str] = {}
     if isinstance(wq, WeightQuantization):  # the KV cache keeps its own dtype (it defaults to the weights')
@@ -229,13 +258,13 @@ def prefill_phase(
     traffic = _traffic(m, plan, system, batch * new) + _weight_stream(m, plan, fx, read, passes)
     if fx.prefix_tier != "hbm" and kv_loaded:
         ch = CHANNEL_OF_TIER[fx.prefix_tier]
-        traffic.append(coll.transfer("prefix KV load", ch, kv_loaded * fx.kv_wire_ratio * plan.pp, m.num_layers))
+        traffic.append(coll.transfer("prefix KV load", ch, kv_loaded * fx.kv_wire * plan.pp, m.num_layers))
         hbm += 2 * kv_loaded * (fx.kv_wire_ratio < 1)  # decompress: read packed, write full
     if fx.kv_offload:
         off = fx.kv_offload
         traffic.append(
             coll.transfer(
-                "KV offload (write)", off.channel, off.fraction * kv_written * fx.kv_wire_ratio * plan.pp, m.num_layers
+                "KV offload (write)", off.channel, off.fraction * kv_written * fx.kv_wire * plan.pp, m.num_layers
             )
         )
     dequant = fx.dequant_flops_per_weight * passes * read / BYTES_PER_DTYPE[plan.weights_dtype]
@@ -263,7 +292,7 @@ def decode_phase(
         off = fx.kv_offload
         moved = off.fraction * kv
         traffic.append(
-            coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire_ratio * plan.pp, m.num_layers)
+            coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire * plan.pp, m.num_layers)
         )
         hbm += 2 * moved * (fx.kv_wire_ratio < 1)
     dequant = fx.dequant_flops_per_weight * read / BYTES_PER_DTYPE[plan.weights_dtype]

@@ -12,7 +12,7 @@ a technique out is shown as the reverse trade.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aitrinity.cost.diagnosis import Diagnosis, diagnose
@@ -353,9 +353,30 @@ _SERVING = _Kind(
 )
 
 
+def _label(entry: Any) -> str:
+    """A registered technique's entry as a chain value: its kind and parameters."""
+    params = ", ".join(f"{k}={v}" for k, v in entry.model_dump(mode="json").items() if k != "kind")
+    return f"{entry.kind}({params})" if params else entry.kind
+
+
+def _with_extras(kind: _Kind) -> _Kind:
+    """The serving moves plus one per registered technique the planner tries (``registry.searched_extras``)."""
+    extras = registry.searched_extras("serving")
+    if not extras:
+        return kind
+    return replace(
+        kind,
+        moves={**kind.moves, **{x.kind: x.kind for x in extras}},
+        names={**kind.names, **{x.kind: x.info.title for x in extras}},
+        order={**kind.order, **{x.kind: ["none", *(_label(e) for e in x.options)] for x in extras}},
+    )
+
+
 def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
     kinds = {x.kind: x for x in plan.exchanges}
+    extras = {x.kind: _label(kinds[x.kind]) if x.kind in kinds else "none" for x in registry.searched_extras("serving")}
     return {
+        **extras,
         "tp": plan.tp,
         "pp": plan.pp,
         "batch": batch,
@@ -379,9 +400,13 @@ def serving_chain(
     priced as the planner prices."""
 
     chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
+    kind = _with_extras(_SERVING)
+    extras_kinds = {x.kind for x in registry.searched_extras("serving")}
+    extras = {_label(e): e for x in registry.searched_extras("serving") for e in x.options}
 
     def run(values: dict[str, Any]) -> _State | None:
         kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
+        kept += [extras[v] for f, v in values.items() if f in extras_kinds and v != "none"]
         plan = row_plan(
             base.model_copy(update={"exchanges": kept}),
             values["tp"],
@@ -396,7 +421,7 @@ def serving_chain(
             d = diagnose(price_serving_ledger(led, m, plan, row_job, system, kernels))
         except SpecError:
             return None
-        return _state(values, d, _SERVING, plan)
+        return _state(values, d, kind, plan)
 
     goal = _serving_values(target.plan(base), target.batch)
     first_batch = job.batch if isinstance(job.batch, int) else 1
@@ -414,4 +439,4 @@ def serving_chain(
         state = _naive(m, system, base, run, naive)
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system")
-    return _greedy(_SERVING, state, goal, run, _describe_start(state, start))
+    return _greedy(kind, state, goal, run, _describe_start(state, start))

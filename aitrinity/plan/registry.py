@@ -10,9 +10,13 @@ that registers itself; :func:`register` adds another.
 Quality costs combine over a plan's exchanges as independent losses: accuracy drops add (a first-order
 approximation for small drops), step factors multiply.
 
-What is not here yet: each technique's *effect on the ledger* is still written in the ledger builders
-(:mod:`aitrinity.cost.training`, :mod:`aitrinity.cost.serving`) and their vectorized twins, so a technique
-registered from outside is listed, described and quality-priced, but not priced or searched.
+Effects on the ledger: the built-in techniques' are written in the ledger builders
+(:mod:`aitrinity.cost.training`, :mod:`aitrinity.cost.serving`) and, for training, their vectorized twin. A
+serving technique registered from outside gives its effect as a :data:`~aitrinity.cost.serving.ServingEffect`
+on the serving effects every pricing path reads (:func:`aitrinity.cost.serving.effects`), and the entries the
+planner should try as ``options``: it is then priced by ``diagnose`` and the planner alike, searched,
+explained in the chain and reported (``tests/plan/test_registry.py`` registers a toy one). Training has no
+such hook yet.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aitrinity.cost.serving import EXTRA_EFFECTS, ServingEffect
 from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.spec._base import Spec
 
 Workload = Literal["training", "serving", "edge"]
 
@@ -76,12 +82,16 @@ def given_steps_factor(source: str) -> Callable[[Any], Quality]:
 class Exchange:
     info: ExchangeInfo
     workloads: tuple[Workload, ...]
-    spec: type | None = None
+    spec: type[Spec] | None = None
     """The ``plan.exchanges`` entry (a :mod:`aitrinity.spec.exchanges` class); None for a plan field."""
     quality: Callable[[Any], Quality] = _free
     """The quality cost of one ``plan.exchanges`` entry of this kind (or of a plan field's value)."""
     searched: bool = False
     """Whether the planner searches its parameters (otherwise a scenario that lists it keeps it as given)."""
+    serving_effect: ServingEffect | None = None
+    """A registered (not built-in) serving technique's effect (:data:`aitrinity.cost.serving.ServingEffect`)."""
+    options: tuple[Any, ...] = ()
+    """Entries of a registered serving technique the planner tries, each against leaving it out."""
 
     @property
     def kind(self) -> str:
@@ -104,13 +114,24 @@ def register(x: Exchange, *, replace: bool = False) -> Exchange:
     _load()
     if x.kind in _REGISTRY and not replace:
         raise ValueError(f"an exchange of kind {x.kind!r} is already registered")
+    if (x.serving_effect is not None or x.options) and x.spec is None:
+        raise ValueError(f"{x.kind}: a technique with an effect or options needs its entry's spec class")
     _REGISTRY[x.kind] = x
+    EXTRA_EFFECTS.pop(x.kind, None)
+    if x.serving_effect is not None:
+        EXTRA_EFFECTS[x.kind] = x.serving_effect
     return x
 
 
 def unregister(kind: str) -> None:
     _load()
     _REGISTRY.pop(kind, None)
+    EXTRA_EFFECTS.pop(kind, None)
+
+
+def searched_extras(workload: Workload) -> list[Exchange]:
+    """Registered techniques with planner options (the built-in ones are searched by the planner's own grid)."""
+    return [x for x in registered(workload) if x.options]
 
 
 def get(kind: str) -> Exchange:

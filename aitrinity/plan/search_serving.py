@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -73,6 +73,8 @@ class ServingChoice(Result):
     prefix_capacity_bytes: float | None = None
     """The prefix cache's size when the search chose it (from a trace), else None."""
     prefix_hit_rate: float | None = None
+    added: list[dict[str, Any]] = []
+    """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
 
     @property
     def layout(self) -> str:
@@ -89,6 +91,7 @@ class ServingChoice(Result):
             extras.append(f"kv:{self.kv_quantization}")
         if self.prefix_capacity_bytes is not None:
             extras.append(f"prefix {format_bytes(self.prefix_capacity_bytes)} (hit {self.prefix_hit_rate:.0%})")
+        extras += [e["kind"] for e in self.added]
         return " ".join(extras)
 
     @property
@@ -98,7 +101,19 @@ class ServingChoice(Result):
     def plan(self, base: Plan) -> Plan:
         if self.prefix_capacity_bytes is not None:
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
+        base = with_added(base, [_entry(e) for e in self.added])
         return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
+
+
+def _entry(d: dict[str, Any]) -> Any:
+    spec = registry.get(d["kind"]).spec
+    assert spec is not None
+    return spec.model_validate(d)
+
+
+def with_added(base: Plan, entries: list[Any]) -> Plan:
+    """The plan with registered techniques' entries appended (they are not in the validated union of built-ins)."""
+    return base.model_copy(update={"exchanges": [*base.exchanges, *entries]}) if entries else base
 
 
 def with_prefix(base: Plan, hit_rate: float, capacity: float) -> Plan:
@@ -155,6 +170,12 @@ class ServingSearchResult(Result):
     """The accuracy budget the search kept to (``workload.serving.max_accuracy_drop``)."""
 
 
+def _added_options() -> list[list[Any]]:
+    """Every combination of the registered techniques' options (each also left out); [[]] when there are none."""
+    extras = registry.searched_extras("serving")
+    return [[e for e in c if e is not None] for c in itertools.product(*[(None, *x.options) for x in extras])]
+
+
 def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
     """Per row: the accuracy its quantization dtypes lose, plus what the scenario's own lossy exchanges do."""
     fixed = registry.quality_of(x for x in base.exchanges if x.kind not in SEARCHED).accuracy_drop
@@ -207,23 +228,28 @@ def search_serving(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
     rows = _grid(system.host_memory is not None, job.batch)
-    tps, pps, parts, caps, hits = [], [], [], [], []
+    tps, pps, parts, caps, hits, added = [], [], [], [], [], []
     replayed: dict[int, float] = {}
+    combos = _added_options()
     for tp, pp in layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
-            parts.append(price_rows(m, job, plan, system, tp, pp, rows, ttft_slo_s, tpot_slo_s, kernels))
-            tps.append(np.full(len(rows), tp))
-            pps.append(np.full(len(rows), pp))
-            caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
-            hits.append(np.full(len(rows), np.nan if hit is None else hit))
+            for c, entries in enumerate(combos):
+                p = with_added(plan, entries)
+                parts.append(price_rows(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s, kernels))
+                added.append(np.full(len(rows), c))
+                tps.append(np.full(len(rows), tp))
+                pps.append(np.full(len(rows), pp))
+                caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
+                hits.append(np.full(len(rows), np.nan if hit is None else hit))
     k = len(parts)
     cap_a, hit_a = np.concatenate(caps), np.concatenate(hits)
     priced = ServingPriced(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
     )
     tiled = ServingRows(*(np.tile(getattr(rows, f), k) for f in ServingRows.__dataclass_fields__))
-    tp_a, pp_a = np.concatenate(tps), np.concatenate(pps)
-    drop = _accuracy_drop(base, tiled)
+    tp_a, pp_a, added_a = np.concatenate(tps), np.concatenate(pps), np.concatenate(added)
+    combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
+    drop = _accuracy_drop(base, tiled) + combo_drop[added_a]
     over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
     priced = dataclasses.replace(
         priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
@@ -236,6 +262,7 @@ def search_serving(
     }[objective]
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     simple = (tiled.kv_offload > 0).astype(np.int64) + (tiled.weight_dtype > 0) + (tiled.kv_dtype > 0) + tp_a * pp_a
+    simple += np.array([len(entries) for entries in combos])[added_a]
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], drop[idx], quantize(score[idx])))]
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
     columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, drop]
@@ -265,6 +292,7 @@ def search_serving(
             binding=RESOURCES[int(priced.binding[i])],
             prefix_capacity_bytes=None if np.isnan(cap_a[i]) else float(cap_a[i]),
             prefix_hit_rate=None if np.isnan(hit_a[i]) else float(hit_a[i]),
+            added=[e.model_dump(mode="json") for e in combos[int(added_a[i])]],
         )
 
     n = len(score)

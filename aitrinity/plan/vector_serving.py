@@ -141,7 +141,8 @@ def price_rows(
     pc = count(m)
     f = rows.kv_offload
     ratio = fx.kv_wire_ratio * base_kv / kq_bytes if fx.kv_wire_ratio < 1 else np.ones(n)
-    # KVCompression's ratio is bits / (8 x KV bytes): it follows the KV dtype of the row
+    ratio = ratio * fx.kv_wire_scale
+    # KVCompression's ratio is bits / (8 x KV bytes): it follows the KV dtype of the row; the scale does not
     kv_tok_unit = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, tp) / pp  # per KV byte per value
     kv_tok = kv_tok_unit * kq_bytes
     weights_unit = (pc.non_expert + pc.routed_experts / base.ep) / (tp * pp)  # parameters per device

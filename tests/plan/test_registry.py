@@ -1,18 +1,22 @@
 """The exchange registry: one entry per technique, its quality cost, and what the planner and reports do
 with it."""
 
+import dataclasses
 import typing
+from typing import Literal
 
 import pytest
+from pydantic import Field
 
 from aitrinity import api, catalog
+from aitrinity.cost.serving import ServingEffects
 from aitrinity.plan import registry
 from aitrinity.plan.breakeven import report
 from aitrinity.plan.exchanges import CATALOG, ExchangeInfo
 from aitrinity.plan.registry import Exchange, Quality
 from aitrinity.plan.search_serving import search_serving
 from aitrinity.spec import exchanges as ex
-from aitrinity.spec._base import validate
+from aitrinity.spec._base import Spec, validate
 from aitrinity.spec.scenario import Plan, Scenario, ServingJob
 from tests.conftest import make_system
 
@@ -46,38 +50,100 @@ def test_a_second_technique_of_a_kind_is_refused():
         registry.get("no-such-technique")
 
 
-def test_a_technique_registered_from_outside_is_listed_described_and_quality_priced():
-    """What the registry alone gives a new technique today (its ledger effect still lives in the builders)."""
-    toy = Exchange(
-        ExchangeInfo(
-            "toy-codec",
-            "toy codec",
-            "compute->bandwidth",
-            "encode work",
-            "link bytes",
-            None,
-            "below",
-            "faster",
-            "this test",
-        ),
-        ("serving",),
-        quality=lambda e: Quality(accuracy_drop=e.loss, source="this test"),
-    )
+class ToyCodec(Spec):
+    """A toy KV codec: KV crosses links at ``ratio`` of its bytes, for a small accuracy cost."""
+
+    kind: Literal["toy-kv-codec"] = "toy-kv-codec"
+    ratio: float = Field(gt=0, le=1)
+
+
+def _toy_effect(x: ToyCodec, plan: Plan, fx: ServingEffects) -> tuple[Plan, ServingEffects]:
+    return plan, dataclasses.replace(fx, kv_wire_scale=fx.kv_wire_scale * x.ratio)
+
+
+TOY = Exchange(
+    ExchangeInfo(
+        "toy-kv-codec",
+        "toy KV codec",
+        "compute->bandwidth",
+        "nothing",
+        "KV bytes on a link",
+        "kv_link",
+        "below",
+        "faster",
+        "this test",
+    ),
+    ("serving",),
+    ToyCodec,
+    quality=lambda e: Quality(accuracy_drop=0.002, source="this test"),
+    searched=True,
+    serving_effect=_toy_effect,
+    options=(ToyCodec(ratio=0.5),),
+)
+
+SERVING = {
+    "name": "toy",
+    "system": {"device": "h100-sxm", "num_devices": 8, "host_memory": "host-dram"},
+    "workload": {"model": "llama-3.1-70b", "serving": {"prompt_tokens": 8192, "output_tokens": 256, "batch": 16}},
+    "plan": {"exchanges": [{"kind": "prefix-cache", "hit_rate": 0.5, "tier": "host"}]},
+}
+
+
+@pytest.fixture
+def toy():
+    registry.register(TOY)
+    yield TOY
+    registry.unregister(TOY.kind)
+    assert TOY.kind not in CATALOG
+
+
+def test_a_technique_registered_from_a_test_is_priced_searched_explained_and_reported(toy):
+    from aitrinity.cli import render
+    from aitrinity.cost.estimate import price_serving_ledger
+    from aitrinity.cost.serving import serving_ledger
+    from aitrinity.plan.chain import serving_chain
+    from aitrinity.plan.report import PlanReport
+
+    r = api.resolve(validate(Scenario, SERVING))
+    m, job, base, system = r.model, r.scenario.workload.serving, r.scenario.plan, r.system
+    assert CATALOG["toy-kv-codec"].pathway == "compute->bandwidth"
+
+    # priced: the scalar ledger and diagnose's estimate see its effect (the prefix cache's KV crosses the host link)
+    with_toy = base.model_copy(update={"exchanges": [*base.exchanges, ToyCodec(ratio=0.5)]})
+
+    def host_bytes(p):
+        led = serving_ledger("s", m, job, p, system)
+        return sum(t.bytes_per_device for ph in led.phases for t in ph.traffic if t.channel == "host"), led
+
+    (plain, _), (halved, led) = host_bytes(base), host_bytes(with_toy)
+    assert halved == pytest.approx(plain / 2)
+    assert price_serving_ledger(led, m, with_toy, job, system).serving is not None
+
+    # searched: every candidate with and without it, the same numbers as the scalar model
+    res = search_serving(m, job, base, system)
+    registry.unregister(toy.kind)
+    plain_res = search_serving(m, job, base, system)
     registry.register(toy)
-    try:
-        assert CATALOG["toy-codec"].pathway == "compute->bandwidth"
-        assert toy in registry.registered("serving")
+    assert res.evaluated == 2 * plain_res.evaluated
+    toyed = [c for c in res.pareto if c.added]
+    assert toyed, "halving the KV link bytes for 0.2% accuracy is on the frontier"
+    for c in toyed:
+        assert c.added == [{"kind": "toy-kv-codec", "ratio": 0.5}] and c.accuracy_drop == pytest.approx(0.002)
+        assert "toy-kv-codec" in c.techniques
+        plan = c.plan(base)
+        row_job = job.model_copy(update={"batch": c.batch})
+        est = price_serving_ledger(serving_ledger("s", m, row_job, plan, system), m, plan, row_job, system)
+        assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
 
-        class Entry(typing.NamedTuple):
-            kind: str
-            loss: float
+    # explained: the chain to a plan with it names its step and pathway
+    chain = serving_chain(m, job, base, system, toyed[0])
+    step = next(s for s in chain.steps if s.exchange == "toy-kv-codec")
+    assert step.pathway == "compute->bandwidth" and "toy KV codec none -> toy-kv-codec(ratio=0.5)" in step.sentence
+    assert "accuracy drop" in step.sentence
 
-        q = registry.quality_of([Entry("toy-codec", 0.03), ex.KVCompression(kind="kv-compression", bits=4)])
-        assert q.accuracy_drop == pytest.approx(0.03 + 0.01)
-        assert "this test" in q.source and "KVQuant" in q.source
-    finally:
-        registry.unregister("toy-codec")
-    assert "toy-codec" not in CATALOG
+    # reported: the plan table and the JSON carry it
+    rep = PlanReport(scenario="toy", kind="serving", search=res, chain=chain, min_devices=None)
+    assert "toy-kv-codec" in render.plan(rep) and '"toy-kv-codec"' in rep.model_dump_json()
 
 
 def test_quality_costs_combine_drops_add_and_step_factors_multiply():
