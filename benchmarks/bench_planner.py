@@ -3,7 +3,9 @@
 Our side: `search_training` / `search_serving` on Llama-2-70B scenarios that
 llm-analysis can also express (its bundled config caps the context at 4096):
 every candidate priced, feasibility checked and ranked, numpy pinned to one
-thread; the built-in examples are timed too. llm-analysis side, in a child process of this one (same
+thread and the process to one core; the built-in examples are timed too, each twice: pricing and ranking
+alone, and end to end with the Pareto frontier (the rate a user gets from `trinity plan`'s search).
+llm-analysis side, in a child process of this one (same
 process group, its own environment): `train()` / `infer()` called once per
 configuration over the subset of the same space it can express (tp, pp,
 micro-batch, ZeRO stage, recomputation; batch for inference). Both sides report
@@ -111,9 +113,11 @@ def ours(repeats: int) -> dict[str, dict[str, float]]:
         r = api.resolve(scenario)
         job = r.scenario.workload.training
         assert job is not None
-        out[label] = _time(
-            lambda r=r, job=job: search_training(r.model, job, r.scenario.plan, r.system, pareto=False), repeats
-        )
+        for pareto in (False, True):
+            out[label + (", with frontier" if pareto else "")] = _time(
+                lambda r=r, job=job, p=pareto: search_training(r.model, job, r.scenario.plan, r.system, pareto=p),
+                repeats,
+            )
     for label, scenario in (
         ("serving, llama-2-70b (shared)", validate(Scenario, SERVE)),
         ("serving, llama-70b-serving-long-context", "llama-70b-serving-long-context"),
@@ -121,9 +125,11 @@ def ours(repeats: int) -> dict[str, dict[str, float]]:
         r = api.resolve(scenario)
         sjob = r.scenario.workload.serving
         assert sjob is not None
-        out[label] = _time(
-            lambda r=r, sjob=sjob: search_serving(r.model, sjob, r.scenario.plan, r.system, pareto=False), repeats
-        )
+        for pareto in (False, True):
+            out[label + (", with frontier" if pareto else "")] = _time(
+                lambda r=r, sjob=sjob, p=pareto: search_serving(r.model, sjob, r.scenario.plan, r.system, pareto=p),
+                repeats,
+            )
     return out
 
 
@@ -139,6 +145,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     report: dict[str, object] = {"aitrinity": ours(args.repeats)}
     if args.llm_analysis_python:
         report["llm-analysis"] = {
@@ -148,15 +155,15 @@ def main() -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{'tool / workload':48s} {'configs':>9s} {'seconds':>9s} {'configs/s':>12s}")
+    print(f"{'tool / workload':66s} {'configs':>9s} {'seconds':>9s} {'configs/s':>12s}")
     for name, r in report["aitrinity"].items():  # type: ignore[union-attr]
-        print(f"{'aitrinity ' + name:48s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}")
+        print(f"{'aitrinity ' + name:66s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}")
     la = report.get("llm-analysis")
     if isinstance(la, dict):
         for name, r in la.items():
             label = f"llm-analysis {name}, llama-2-70b"
             print(
-                f"{label:48s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}"
+                f"{label:66s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}"
                 f"   ({r['failed']:.0f} calls raised: invalid or does not fit)"
             )
         ours_t = report["aitrinity"]["training, llama-2-70b (shared)"]["configs_per_s"]  # type: ignore[index]
@@ -166,8 +173,11 @@ def main() -> int:
             f"training {ours_t / la['training']['configs_per_s']:,.0f}x, "
             f"serving {ours_s / la['serving']['configs_per_s']:,.0f}x"
         )
-    best = max(r["configs_per_s"] for r in report["aitrinity"].values())  # type: ignore[union-attr]
-    print(f"goal: >= {GOAL:,} configs/s on one core -> {'met' if best >= GOAL else 'MISSED'} ({best:,.0f})")
+    for kind in ("training", "serving"):
+        rates = [r["configs_per_s"] for k, r in report["aitrinity"].items() if k.startswith(kind) and "frontier" in k]  # type: ignore[union-attr]
+        worst = min(rates)
+        verdict = "met" if worst >= GOAL else "MISSED"
+        print(f"goal: >= {GOAL:,} configs/s end to end on one core, {kind} -> {verdict} ({worst:,.0f})")
     if args.llm_analysis_python:
         print("\nmemory and latency figures, same configurations (benchmarks/compare_llm_analysis.py):")
         sys.stdout.flush()

@@ -42,21 +42,38 @@ def quantize(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def pareto_indices(points: np.ndarray) -> list[int]:
-    """Indices of the non-dominated rows of ``points`` (minimise every column), in row order.
+def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
+    """Indices of the non-dominated rows of ``points`` (minimise every column), in row order; of equal rows
+    only the first counts.
 
-    Sorted lexicographically, a row can only be dominated by an earlier one, so
-    the first surviving row is always on the front: keep it and strike out, in
-    one vectorized pass, every later row it dominates (one pass per front
-    point, not one per row).
+    Rows are visited in order of the sum of their columns scaled to [0, 1] (equal sums in row order). That
+    sum never decreases from a row to one it dominates, so rows that dominate many come early. A block of
+    rows at a time is kept unless an earlier row of the block dominates (or equals) it, and one vectorized
+    pass strikes out every later row the kept ones dominate or equal: a struck row is always dominated by
+    a kept one, a non-dominated row is never struck. Rounding can put a dominated row in a tie before its
+    dominator, so the kept rows are finally checked against each other. The blocks grow as rows are struck
+    out (about ``work`` comparisons a pass).
     """
-    rest = np.lexsort(points.T[::-1])
-    kept: list[int] = []
+    if not len(points):
+        return []
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    rest = np.argsort(((points - lo) / span).sum(axis=1), kind="stable")
+    kept: list[np.ndarray] = []
     while len(rest):
-        head, rest = rest[0], rest[1:]
-        kept.append(int(head))
-        rest = rest[~np.all(points[head] <= points[rest], axis=1)]
-    return sorted(kept)
+        block = max(1, min(256, work // len(rest)))
+        head, rest = rest[:block], rest[block:]
+        p = points[head]
+        covered = np.all(p[None, :, :] <= p[:, None, :], axis=2)  # [i, j]: row j <= row i everywhere
+        front = head[~np.any(np.tril(covered, -1), axis=1)]
+        kept.append(front)
+        if len(rest):
+            rest = rest[~np.any(np.all(points[front][:, None, :] <= points[rest][None, :, :], axis=2), axis=0)]
+    k = np.sort(np.concatenate(kept))
+    p = points[k]
+    le = np.all(p[None, :, :] <= p[:, None, :], axis=2)  # [i, j]: row j <= row i
+    beaten = le & ~np.all(p[None, :, :] == p[:, None, :], axis=2)  # strictly better somewhere
+    return [int(i) for i in k[~np.any(beaten, axis=1)]]
 
 
 def frontier(order: Ints, columns: Sequence[np.ndarray]) -> list[int]:
@@ -67,7 +84,4 @@ def frontier(order: Ints, columns: Sequence[np.ndarray]) -> list[int]:
     if not len(order):
         return []
     pts = quantize(np.stack([c[order] for c in columns], axis=1))
-    _, first = np.unique(pts, axis=0, return_index=True)
-    reps = np.sort(first)  # positions in rank order
-    front = pareto_indices(pts[reps])
-    return [int(order[reps[k]]) for k in sorted(front)]
+    return [int(order[k]) for k in pareto_indices(pts)]  # positions in rank order: equal points keep the best
