@@ -291,9 +291,7 @@ def decode_phase(
     if fx.kv_offload:
         off = fx.kv_offload
         moved = off.fraction * kv
-        traffic.append(
-            coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire * plan.pp, m.num_layers)
-        )
+        traffic.append(coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire * plan.pp, m.num_layers))
         hbm += 2 * moved * (fx.kv_wire_ratio < 1)
     dequant = fx.dequant_flops_per_weight * read / BYTES_PER_DTYPE[plan.weights_dtype]
     return PhaseLedger(
