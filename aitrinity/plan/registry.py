@@ -28,6 +28,7 @@ from typing import Any, Literal
 from aitrinity.cost.serving import EXTRA_EFFECTS, ServingEffect
 from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.spec._base import Spec
+from aitrinity.spec.scenario import Plan
 
 Workload = Literal["training", "serving", "edge"]
 
@@ -92,6 +93,14 @@ class Exchange:
     """A registered (not built-in) serving technique's effect (:data:`aitrinity.cost.serving.ServingEffect`)."""
     options: tuple[Any, ...] = ()
     """Entries of a registered serving technique the planner tries, each against leaving it out."""
+    used: Callable[[Plan], bool] | None = None
+    """Whether a plan uses it, for the plan fields (``tp > 1``, ``zero > 0``, ...); None: an entry of its kind
+    is in ``plan.exchanges``."""
+
+    def uses(self, plan: Plan) -> bool:
+        if self.used is not None:
+            return self.used(plan)
+        return any(e.kind == self.kind for e in plan.exchanges)
 
     @property
     def kind(self) -> str:
@@ -146,6 +155,11 @@ def registered(workload: Workload | None = None) -> list[Exchange]:
     """Every registered technique (for one workload), in registration order."""
     _load()
     return [x for x in _REGISTRY.values() if workload is None or workload in x.workloads]
+
+
+def used_by(plan: Plan, workload: Workload) -> list[str]:
+    """The kinds of the registered techniques ``plan`` uses, in registration order."""
+    return [x.kind for x in registered(workload) if x.uses(plan)]
 
 
 def quality_of(entries: Iterable[Any]) -> Quality:

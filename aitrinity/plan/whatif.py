@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aitrinity.cost.ledger import Result
+from aitrinity.plan import registry
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.plan.rows import pareto_indices
 from aitrinity.plan.search import Objective, PlanChoice, Space, search_training
 from aitrinity.plan.search_serving import ServingChoice, ServingObjective, search_serving
 from aitrinity.spec import quantities
-from aitrinity.spec.exchanges import PrefixCache
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Scenario, System
 
@@ -165,16 +165,6 @@ def resources(system: System) -> list[str]:
     return out
 
 
-def _training_techniques(c: PlanChoice) -> list[str]:
-    out = [k for k, on in (("tp", c.tp > 1), ("pp", c.pp > 1), ("zero", c.zero > 0)) if on]
-    out += ["recompute"] if c.recompute != "none" else []
-    out += ["sequence-parallel"] if c.sequence_parallel else []
-    out += ["gradient-compression"] if c.compression != "none" else []
-    out += ["optimizer-offload"] if c.optimizer_offload else []
-    out += ["activation-offload"] if c.activation_offload else []
-    return out
-
-
 def _training_plan(c: PlanChoice) -> str:
     parts = [f"tp{c.tp} pp{c.pp} dp{c.dp} mb{c.micro_batch} ZeRO-{c.zero}", f"rc:{c.recompute}"]
     parts += ["SP"] if c.sequence_parallel else []
@@ -182,14 +172,6 @@ def _training_plan(c: PlanChoice) -> str:
     parts += ["opt-offload"] if c.optimizer_offload else []
     parts += [f"act-offload {c.activation_offload:g}"] if c.activation_offload else []
     return " ".join(parts)
-
-
-def _serving_techniques(c: ServingChoice, prefix: bool) -> list[str]:
-    out = [k for k, on in (("tp", c.tp > 1), ("pp", c.pp > 1), ("kv-offload", c.kv_offload > 0)) if on]
-    out += ["weight-quantization"] if c.weight_quantization != "none" else []
-    out += ["kv-quantization"] if c.kv_quantization != "none" else []
-    out += ["prefix-cache"] if prefix else []
-    return out
 
 
 def _serving_plan(c: ServingChoice) -> str:
@@ -246,15 +228,16 @@ def best(case: Case, system: System, objective: HardwareObjective) -> Best:
     train_obj, serve_obj = _PLANNER[objective]
     if w.training is not None:
         c = search_training(case.model, w.training, base, system, train_obj, 1, WHATIF_SPACE, pareto=False).best
-        return _best(objective, c, _training_plan(c), _training_techniques(c)) if c else _best(objective, None, "", [])
+        if c is None:
+            return _best(objective, None, "", [])
+        return _best(objective, c, _training_plan(c), registry.used_by(c.plan(base), "training"))
     assert w.serving is not None
     s = search_serving(
         case.model, w.serving, base, system, serve_obj, 1, case.ttft_slo_s, case.tpot_slo_s, pareto=False
     ).best
     if s is None:
         return _best(objective, None, "", [])
-    prefix = any(isinstance(x, PrefixCache) for x in base.exchanges)
-    return _best(objective, s, _serving_plan(s), _serving_techniques(s, prefix))
+    return _best(objective, s, _serving_plan(s), registry.used_by(s.plan(base), "serving"))
 
 
 def _effect(resource: str, factor: float, nominal: Best, after: Best) -> ResourceEffect:

@@ -209,3 +209,24 @@ def test_local_sgd_pays_off_only_while_its_statistical_cost_is_within_what_the_l
     # on a slower link, or (as here, where the link already binds) on none at all
     assert beyond.threshold_Bps is None or beyond.threshold_Bps < beyond.current_Bps
     assert within.steps_factor == pytest.approx(afford * 0.95)
+
+
+def test_what_a_plan_uses_is_read_from_the_registry():
+    plan = Plan(
+        tp=2,
+        pp=1,
+        zero=1,
+        recompute="selective",
+        sequence_parallel=True,
+        micro_batch=4,
+        exchanges=[ex.GradientCompression(kind="gradient-compression", method="int8")],
+    )
+    assert registry.used_by(plan, "training") == [
+        "tp",
+        "gradient-compression",
+        "recompute",
+        "sequence-parallel",
+        "zero",
+    ]
+    serving = Plan(tp=1, exchanges=[ex.KVQuantization(kind="kv-quantization", dtype="fp8")])
+    assert registry.used_by(serving, "serving") == ["kv-quantization"]

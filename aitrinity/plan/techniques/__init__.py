@@ -1,6 +1,10 @@
 """The built-in exchanges, one module per technique; importing this package registers them all
-(:mod:`aitrinity.plan.registry` does so on first use)."""
+(:mod:`aitrinity.plan.registry` does so on first use). Listings follow registration: the parallel layout
+first, then the techniques by name."""
 
+from aitrinity.plan.techniques import layout  # noqa: F401
+
+# isort: split
 from aitrinity.plan.techniques import (  # noqa: F401
     activation_offload,
     edge_split,
@@ -8,7 +12,6 @@ from aitrinity.plan.techniques import (  # noqa: F401
     kv_compression,
     kv_offload,
     kv_quantization,
-    layout,
     local_sgd,
     optimizer_offload,
     prefix_cache,

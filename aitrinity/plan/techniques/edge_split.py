@@ -35,5 +35,6 @@ EXCHANGE = register(
         ("edge",),
         quality=quality,
         searched=True,
+        used=lambda _: False,  # an edge plan is a split x codec choice, not an LLM plan
     )
 )

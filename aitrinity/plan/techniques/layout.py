@@ -7,6 +7,13 @@ has a quality cost.
 
 from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.plan.registry import Exchange, register
+from aitrinity.spec.scenario import Plan
+
+
+def _size(_: Plan) -> bool:
+    """Batch sizes are always there: a plan does not "use" them the way it uses a technique."""
+    return False
+
 
 TP = register(
     Exchange(
@@ -23,6 +30,7 @@ TP = register(
         ),
         ("training", "serving"),
         searched=True,
+        used=lambda p: p.tp > 1,
     )
 )
 PP = register(
@@ -40,6 +48,7 @@ PP = register(
         ),
         ("training", "serving"),
         searched=True,
+        used=lambda p: p.pp > 1,
     )
 )
 EP = register(
@@ -56,6 +65,7 @@ EP = register(
             "Lepikhin et al. 2020 (GShard)",
         ),
         ("training", "serving"),
+        used=lambda p: p.ep > 1,
     )
 )
 MICRO_BATCH = register(
@@ -73,6 +83,7 @@ MICRO_BATCH = register(
         ),
         ("training",),
         searched=True,
+        used=_size,
     )
 )
 VIRTUAL_STAGES = register(
@@ -90,6 +101,7 @@ VIRTUAL_STAGES = register(
         ),
         ("training",),
         searched=True,
+        used=lambda p: p.virtual_stages > 1,
     )
 )
 BATCH = register(
@@ -107,5 +119,6 @@ BATCH = register(
         ),
         ("serving",),
         searched=True,
+        used=_size,
     )
 )

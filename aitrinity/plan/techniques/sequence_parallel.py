@@ -21,5 +21,6 @@ EXCHANGE = register(
         ),
         ("training",),
         searched=True,
+        used=lambda p: p.sequence_parallel,
     )
 )
