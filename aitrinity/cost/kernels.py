@@ -22,6 +22,7 @@ B / (W·u))`` with ``e(m) = e_max·m / (m + m_half)`` the saturating GEMM effici
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -277,6 +278,76 @@ class TableKernels:
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.fallback.elementwise(nbytes)
+
+
+WEIGHTS = "weights per row"
+"""A :class:`Layout <aitrinity.cost.operators.Layout>` dtype that :class:`MixedKernels` resolves row by row."""
+KV = "kv per row"
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    """One dtype per element: ``names[index]`` (``index`` broadcasts against the kernel's arguments)."""
+
+    names: tuple[str, ...]
+    index: NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class MixedKernels:
+    """Kernels whose weight and KV dtypes differ from element to element: a query in :data:`WEIGHTS` or
+    :data:`KV` is answered by ``base`` once per dtype present and each element takes its own dtype's value
+    (the same arithmetic as one call per dtype group; the planner prices every dtype pair in one call)."""
+
+    base: Kernels
+    weights: Dtypes
+    kv: Dtypes
+
+    @property
+    def source(self) -> str:
+        return self.base.source
+
+    @staticmethod
+    def _mix(dt: Dtypes, time: Callable[[str], Array]) -> Array:
+        out: Array | None = None
+        for j, name in enumerate(dt.names):
+            sel = dt.index == j
+            if not sel.any():
+                continue
+            t = time(name)
+            out = t if out is None else np.where(sel, t, out)
+        assert out is not None, "no element has a dtype"
+        return out
+
+    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        if dtype != WEIGHTS:
+            return self.base.gemm(m, n, k, dtype)
+        return self._mix(self.weights, lambda d: self.base.gemm(m, n, k, d))
+
+    def prefill_attention(
+        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        def t(d: str) -> Array:
+            return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d)
+
+        return self._mix(self.kv, t) if kv_dtype == KV else t(kv_dtype)
+
+    def decode_attention(
+        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> Array:
+        def t(d: str) -> Array:
+            return self.base.decode_attention(batch, context, heads, kv_heads, head_dim, d)
+
+        return self._mix(self.kv, t) if kv_dtype == KV else t(kv_dtype)
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        return self.base.all_reduce(payload_bytes, gpus)
+
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        return self.base.all_to_all(payload_bytes, gpus)
+
+    def elementwise(self, nbytes: ArrayLike) -> Array:
+        return self.base.elementwise(nbytes)
 
 
 def generic_params(dev: DeviceSpec) -> KernelParams:

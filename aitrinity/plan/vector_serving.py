@@ -21,7 +21,7 @@ from aitrinity.cost import collectives as coll
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.estimate import GPU_CHANNELS
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
-from aitrinity.cost.kernels import Kernels, roofline
+from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, Kernels, MixedKernels, roofline
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.operators import Layout
 from aitrinity.cost.params import count
@@ -354,18 +354,27 @@ def _steady(
     than the roofline's slowest resource (one request's prefill for TTFT, the row's decode for TPOT)."""
     n = len(rows)
     ttft_op, tpot_op, dec_step, interference = (np.full(n, np.nan) for _ in range(4))
-    groups = set(zip(rows.weight_dtype[runs].tolist(), rows.kv_dtype[runs].tolist(), strict=True))
-    for wi, ki in sorted(groups):
-        sel = (rows.weight_dtype == wi) & (rows.kv_dtype == ki) & runs
-        wd = fplan.weights_dtype if wi == 0 else WEIGHT_DTYPES[wi]
-        kd = fplan.cache_dtype if ki == 0 else KV_DTYPES[ki]
-        lay = Layout(tp, ep, wd, kd, system.engine)
-        batches, at = np.unique(rows.batch[sel], return_inverse=True)  # offload fractions share a steady state
-        ss = steady_state(
-            m, k, lay, batches, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit
+    if runs.any():
+        # one steady state for every (batch, weight dtype, KV dtype) the rows hold: offload fractions share one
+        nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
+        keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
+        distinct, at = np.unique(keys, return_inverse=True)
+        mixed = MixedKernels(
+            k,
+            Dtypes((fplan.weights_dtype, *WEIGHT_DTYPES[1:]), distinct // nk % nw),
+            Dtypes((fplan.cache_dtype, *KV_DTYPES[1:]), distinct % nk),
         )
-        ttft_op[sel], tpot_op[sel] = ss.ttft_s[at], ss.tpot_s[at]
-        dec_step[sel], interference[sel] = ss.decode_step.total[at], ss.interference_s[at]
+        ss = steady_state(
+            m,
+            mixed,
+            Layout(tp, ep, WEIGHTS, KV, system.engine),
+            distinct // (nk * nw),
+            job.prompt_tokens,
+            job.output_tokens,
+            prefill_fraction=1.0 - fx.prefix_hit,
+        )
+        ttft_op[runs], tpot_op[runs] = ss.ttft_s[at], ss.tpot_s[at]
+        dec_step[runs], interference[runs] = ss.decode_step.total[at], ss.interference_s[at]
     ttft = np.maximum(combine([ttft_op, *one.streams()], system), one.floor())
     tpot = np.maximum(combine([tpot_op, *dec.streams()], system), dec.floor())
     latency = np.maximum(dec_step - dec.floor(), 0.0)
