@@ -54,7 +54,7 @@ def main() -> None:
             cfg = for_device(
                 dev,
                 1,
-                hbm_bytes=dev.memory_capacity_bytes * r.tp,
+                memory_capacity_bytes=dev.memory_capacity_bytes * r.tp,
                 weights_dtype=r.dtype,
                 token_budget=r.isl if budget == "isl" else int(budget),
                 max_batch=max(r.c, 1),

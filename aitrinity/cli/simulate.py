@@ -301,7 +301,7 @@ def _serving(args: argparse.Namespace) -> int:
     cfg = for_device(
         d,
         args.instances,
-        hbm_bytes=d.memory_capacity_bytes * args.tp,
+        memory_capacity_bytes=d.memory_capacity_bytes * args.tp,
         weights_dtype=args.dtype,
         token_budget=args.token_budget,
         max_batch=max(256, args.concurrency or 0),

@@ -4,7 +4,7 @@ The day is cut into periods; each period's requests are served by the serving
 simulator (:func:`aitrinity.sim.serving.simulate_serving`) on the number of
 instances the policy picks for it (each period starts with empty queues -- an
 approximation that favours no policy). The objective, in dollars:
-instance-hours at ``price_per_instance_hour`` plus ``penalty_usd`` for every
+instance-hours at ``price_per_hour_usd`` plus ``penalty_usd`` for every
 request that misses its TTFT or TPOT objective or is rejected.
 
 - ``static:N``: N instances all day;
@@ -41,7 +41,8 @@ from aitrinity.spec.traces import TraceRequest
 class Autoscale:
     period_s: float = 30.0
     max_instances: int = 6
-    price_per_instance_hour: float = 1.0
+    price_per_hour_usd: float = 1.0
+    """Of one instance."""
     penalty_usd: float = 0.01
     """Lost value of one request that misses its SLO (or is rejected)."""
     quantile_z: float = 1.5
@@ -125,7 +126,7 @@ def simulate_autoscale(t: Table, policy: str, a: Autoscale = Autoscale()) -> Aut
     hours = a.period_s / 3600
 
     def cost(n: int, k: int, load: float = 1.0) -> float:
-        return n * a.price_per_instance_hour * hours + a.penalty_usd * t.get(k, n, load)
+        return n * a.price_per_hour_usd * hours + a.penalty_usd * t.get(k, n, load)
 
     ctl = Controller([str(n) for n in options], str(a.max_instances), margin=a.margin, patience=1)
     counts = [len(p) for p in t.periods]
@@ -145,7 +146,7 @@ def simulate_autoscale(t: Table, policy: str, a: Autoscale = Autoscale()) -> Aut
 
             def predict(label: str, seen: list[int] = seen, provision: float = provision) -> float:
                 if not seen:
-                    return int(label) * a.price_per_instance_hour * hours
+                    return int(label) * a.price_per_hour_usd * hours
                 return sum(cost(int(label), j, round(provision / counts[j], 2)) for j in seen) / len(seen)
 
             n = int(ctl.decide(predict).choice)

@@ -36,7 +36,7 @@ one transfer at a time per prefill instance; the prefill instance holds the KV
 until it has left) to the decode instance with the fewest outstanding tokens,
 which admits it when prompt + next token fit and only decodes. A request
 preempted on a decode instance goes back to the prefill pool. Cost: every
-instance is paid for the whole run (``price_per_instance_hour``); energy =
+instance is paid for the whole run (``price_per_hour_usd``); energy =
 busy time x ``busy_W`` + idle time x ``idle_W``.
 
 Prefix cache (``prefix_cache`` ``local`` or ``global``; Mooncake's KV pool):
@@ -120,10 +120,11 @@ class ClosedLoop:
 @dataclass(frozen=True)
 class ServingConfig:
     instances: int
-    hbm_bytes: float
+    memory_capacity_bytes: float
     """Device memory of one instance (weights + KV cache)."""
-    hbm_Bps: float
-    """Achievable memory bandwidth of one instance."""
+    memory_bandwidth_Bps: float
+    """Achievable memory bandwidth of one instance (the device's ``memory_bandwidth_Bps`` x its memory
+    efficiency by :func:`for_device`)."""
     flops_per_s: float
     """Achievable FLOP/s of one instance."""
     weights_dtype: str = "bf16"
@@ -138,7 +139,8 @@ class ServingConfig:
     kv_link_Bps: float = 50e9
     """Prefill -> decode KV transfer bandwidth (disaggregation), e.g. a 400 Gbit/s NIC at 100 GB/s."""
     kv_link_latency_s: float = 1e-5
-    price_per_instance_hour: float | None = None
+    price_per_hour_usd: float | None = None
+    """Of one instance (the catalog device's ``price_per_hour_usd`` by :func:`for_device`)."""
     busy_W: float | None = None
     idle_W: float = 0.0
     prefix_cache: str = "none"
@@ -160,10 +162,10 @@ def for_device(d: DeviceSpec, instances: int = 1, **kw: Any) -> ServingConfig:
     price and power (``kw`` overrides any field)."""
     base: dict[str, Any] = {
         "instances": instances,
-        "hbm_bytes": d.memory_capacity_bytes,
-        "hbm_Bps": d.memory_bandwidth_Bps * d.efficiency.memory,
+        "memory_capacity_bytes": d.memory_capacity_bytes,
+        "memory_bandwidth_Bps": d.memory_bandwidth_Bps * d.efficiency.memory,
         "flops_per_s": d.peak_flops_for("bf16") * d.efficiency.compute,
-        "price_per_instance_hour": d.price_per_hour_usd,
+        "price_per_hour_usd": d.price_per_hour_usd,
         "busy_W": d.tdp_W,
         "idle_W": d.idle_W or 0.0,
     }
@@ -252,7 +254,7 @@ class ServingSimResult(Result):
     """Prompt tokens loaded from the prefix cache / prompt tokens admitted."""
     prefix_bytes_loaded: float = 0.0
     cost_usd: float | None = None
-    """Every instance for the whole run at ``price_per_instance_hour``."""
+    """Every instance for the whole run at ``price_per_hour_usd``."""
     energy_J: float | None = None
     """Busy time x busy power + idle time x idle power, all instances."""
     events: int = 0
@@ -289,9 +291,11 @@ class _Engine:
         self.m, self.cfg, self.closed, self.progress = m, cfg, closed, progress
         self.weights = count(m).total * BYTES_PER_DTYPE[cfg.weights_dtype]
         self.kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
-        self.capacity = int((cfg.hbm_bytes - self.weights) // self.kv_per_token)
+        self.capacity = int((cfg.memory_capacity_bytes - self.weights) // self.kv_per_token)
         if self.capacity <= 0:
-            raise ValueError(f"the weights ({self.weights:.3g} B) leave no room for KV in {cfg.hbm_bytes:.3g} B")
+            raise ValueError(
+                f"the weights ({self.weights:.3g} B) leave no room for KV in {cfg.memory_capacity_bytes:.3g} B"
+            )
         self.dense = token_flops(m).dense
         self.score = (2.0 * m.num_layers * m.num_attention_heads, m.dim_head + m.v_head_dim, m.sliding_window)
         self.sim = Simulator(seed)
@@ -496,7 +500,7 @@ class _Engine:
         scores = (a * ctx * b).sum(axis=0)
         flops = self.dense * n + scores
         nbytes = self.weights + self.kv_per_token * (held + n * j + n)
-        dts: np.ndarray = np.maximum(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+        dts: np.ndarray = np.maximum(nbytes / cfg.memory_bandwidth_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
         return dts
 
     def _apply(self, inst: _Instance, now: float) -> None:
@@ -571,7 +575,7 @@ class _Engine:
         flops = self.dense * tokens + sum(a * (min(r.kv_tokens + 1, w) if w else r.kv_tokens + 1) * b for r in decode)
         flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
         nbytes = self.weights + self.kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
-        return max(nbytes / cfg.hbm_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
+        return max(nbytes / cfg.memory_bandwidth_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
 
     def _prefilled(self, i: int, r: _Req, n: int, end: float) -> None:
         """A chunk of ``n`` prompt tokens is computed; the prompt's last chunk yields a token (its slot was reserved)
@@ -613,7 +617,7 @@ class _Engine:
         first = min((r.arrival for r in self.reqs), default=0.0)
         span = max(self.sim.now - first, 1e-12)
         busy = sum(x.busy_s for x in insts)
-        cost = cfg.price_per_instance_hour * cfg.instances * span / 3600 if cfg.price_per_instance_hour else None
+        cost = cfg.price_per_hour_usd * cfg.instances * span / 3600 if cfg.price_per_hour_usd else None
         energy = busy * cfg.busy_W + (cfg.instances * span - busy) * cfg.idle_W if cfg.busy_W else None
         ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
         tpot = [

@@ -27,7 +27,9 @@ M = ModelSpec(
 
 def config(kv_tokens: int, instances: int = 2, **kw) -> ServingConfig:
     hbm = count(M).total * 2 + kv_tokens * kv_bytes_per_token(M, "bf16")
-    return ServingConfig(instances=instances, hbm_bytes=hbm, hbm_Bps=1e12, flops_per_s=1e14, **kw)
+    return ServingConfig(
+        instances=instances, memory_capacity_bytes=hbm, memory_bandwidth_Bps=1e12, flops_per_s=1e14, **kw
+    )
 
 
 reqs_st = st.lists(st.tuples(st.floats(0, 5), st.integers(1, 400), st.integers(1, 60)), min_size=1, max_size=40).map(
@@ -102,7 +104,7 @@ def test_disaggregation_moves_every_prompts_kv_over_the_link():
 
 def test_cost_and_energy_per_run():
     reqs = [TraceRequest(0, 50, 20, ()) for _ in range(4)]
-    r = simulate_serving(reqs, M, config(2000, 2, price_per_instance_hour=3.6, busy_W=700, idle_W=100))
+    r = simulate_serving(reqs, M, config(2000, 2, price_per_hour_usd=3.6, busy_W=700, idle_W=100))
     assert r.cost_usd == pytest.approx(2 * r.makespan_s * 3.6 / 3600)
     busy = sum(u * r.makespan_s for u in r.utilization)
     assert r.energy_J == pytest.approx(busy * 700 + (2 * r.makespan_s - busy) * 100)
@@ -228,7 +230,7 @@ def test_fast_forward_on_the_conversation_trace_and_a_closed_loop():
     m, dev = catalog.model("llama-3.1-8b"), catalog.device("h100-sxm")
     reqs = traces.load(traces.conversation_trace())[:400]
     cached = for_device(dev, 2, prefix_cache="global", cache_capacity_tokens=1_000_000)
-    tight = for_device(dev, 3, prefill_instances=1, hbm_bytes=dev.memory_capacity_bytes * 0.22)
+    tight = for_device(dev, 3, prefill_instances=1, memory_capacity_bytes=dev.memory_capacity_bytes * 0.22)
     for cfg in (cached, tight):
         fast = simulate_serving(reqs, m, cfg)
         reference = simulate_serving(reqs, m, replace(cfg, fast_forward=False))
