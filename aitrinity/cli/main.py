@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from aitrinity import __version__
 from aitrinity.cli.args import output_file
@@ -63,7 +63,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"trinity {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_diagnose,
+        _add_plan,
+        _add_explain,
+        _add_other_modules,
+        _add_calibrate,
+        _add_validate,
+        _add_hardware,
+        _add_catalog,
+    ):
+        add(sub)
+    from aitrinity.cli import completion
 
+    completion.add_parser(sub)
+    for leaf in leaves(p):  # every command takes --quiet and --json
+        opts = {o for a in leaf._actions for o in a.option_strings}
+        if "--quiet" not in opts:
+            leaf.add_argument("--quiet", action="store_true", help="nothing on stderr but errors")
+        if "--json" not in opts:
+            leaf.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def _add_diagnose(sub: Any) -> None:
+    """trinity diagnose."""
     d = sub.add_parser(
         "diagnose",
         help="which resource binds, by how much, at what price",
@@ -94,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
         "gpus=N, link=100Gbit/s, hbm_bandwidth=..., hbm_capacity=..., flops_scale=0.5",
     )
 
+
+def _add_plan(sub: Any) -> None:
+    """trinity plan."""
     pl = sub.add_parser(
         "plan",
         help="search plans; the best, the top N, the Pareto frontier and the chain",
@@ -143,6 +170,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
+
+def _add_explain(sub: Any) -> None:
+    """trinity explain."""
     ex = sub.add_parser(
         "explain",
         help="the chain of exchanges from a naive plan to the best one",
@@ -162,6 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true")
     ex.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
+
+def _add_other_modules(sub: Any) -> None:
+    """The commands whose parsers live with them (replay, kv, report, ui, train, split, simulate)."""
     from aitrinity.cli import kv
 
     rp = sub.add_parser(
@@ -175,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     kv.add_replay_arguments(rp)
     kv.add_parsers(sub)
-    from aitrinity.cli import completion, report, simulate, split, train, ui
+    from aitrinity.cli import report, simulate, split, train, ui
 
     report.add_parser(sub)
     ui.add_parser(sub)
@@ -183,6 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     split.add_parser(sub)
     simulate.add_parser(sub)
 
+
+def _add_calibrate(sub: Any) -> None:
+    """trinity calibrate."""
     cal = sub.add_parser(
         "calibrate",
         help="measure this machine and write a device profile",
@@ -201,6 +237,9 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--tdp", default="100 W", help="power to assume, not measured (default 100 W)")
     cal.add_argument("--json", action="store_true")
 
+
+def _add_validate(sub: Any) -> None:
+    """trinity validate."""
     va = sub.add_parser(
         "validate",
         help="measured vs predicted: real torch workloads on this CPU, or measured GPU serving runs (--serving)",
@@ -240,6 +279,9 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     va.add_argument("--json", action="store_true")
 
+
+def _add_hardware(sub: Any) -> None:
+    """trinity hardware compare."""
     hw = sub.add_parser("hardware", help="hardware what-if: compare designs over a workload suite")
     hsub = hw.add_subparsers(dest="hardware_command", required=True, metavar="ACTION")
     hc = hsub.add_parser(
@@ -271,6 +313,9 @@ def _parser() -> argparse.ArgumentParser:
     hc.add_argument("--json", action="store_true")
     hc.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
 
+
+def _add_catalog(sub: Any) -> None:
+    """trinity catalog list / show."""
     c = sub.add_parser("catalog", help="list or show catalog entries")
     csub = c.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
     cl = csub.add_parser(
@@ -290,14 +335,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     cs.add_argument("name")
     cs.add_argument("--json", action="store_true")
-    completion.add_parser(sub)
-    for leaf in leaves(p):  # every command takes --quiet and --json
-        opts = {o for a in leaf._actions for o in a.option_strings}
-        if "--quiet" not in opts:
-            leaf.add_argument("--quiet", action="store_true", help="nothing on stderr but errors")
-        if "--json" not in opts:
-            leaf.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
 
 
 def leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
