@@ -118,21 +118,7 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
     inf = registry.get(x.kind).info
     quality = registry.get(x.kind).quality(x)
     own_factor = quality.steps_factor
-    w = scenario.workload
-
-    def build(p: Plan, s: System) -> Ledger:
-        if w.training is not None:
-            return training_ledger(scenario.name, model, w.training, p, s)
-        assert w.serving is not None
-        return serving_ledger(scenario.name, model, w.serving, p, s)
-
-    def estimate(p: Plan, s: System) -> Estimate:
-        led = build(p, s)
-        if w.training is not None:
-            return price_training_ledger(led, model, p, s)
-        assert w.serving is not None
-        return price_serving_ledger(led, model, p, w.serving, s)
-
+    build, estimate = _pricer(scenario, model)
     without_plan = _without(plan, index)
     with_ledger = build(plan, system)
     with_est, without_est = estimate(plan, system), estimate(without_plan, system)
@@ -179,23 +165,9 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
     k_star = _boundary(pays, inf.pays_when == "below")
     nominal = _nominal(system, channel)
     now = pays(1.0)
-    verb = "pays off" if inf.rule == "faster" else "costs no time"
     resource = _LABEL[channel]
-    if k_star is None:
-        threshold = None
-        if now:
-            sentence = f"{inf.title} {verb} at any {resource} bandwidth"
-        elif inf.rule == "faster":
-            sentence = f"{inf.title} never pays off here, whatever the {resource} bandwidth"
-        else:
-            sentence = f"{inf.title} always costs time here, whatever the {resource} bandwidth"
-    else:
-        threshold = k_star * nominal
-        side = "below" if inf.pays_when == "below" else "above"
-        sentence = (
-            f"{inf.title} {verb} while the {resource} is {side} {format_bandwidth(threshold)}; "
-            f"here it is {format_bandwidth(nominal)}, so it {'does' if now else 'does not'}"
-        )
+    threshold = None if k_star is None else k_star * nominal
+    sentence = _verdict(inf, resource, threshold, nominal, now)
     if inf.swept == "dp_link" and inf.rule == "faster":  # a statistical cost is the price of fewer bytes
         sentence += _steps_budget(t_without, t_with / own_factor, own_factor)
     if quality.accuracy_drop:
@@ -205,6 +177,44 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
         if not without_est.memory.fits and with_est.memory.fits:
             sentence += " (the plan fits only with it)"
     return result(resource, threshold, nominal, now, sentence + ".")
+
+
+def _pricer(
+    scenario: Scenario, model: ModelSpec
+) -> tuple[Callable[[Plan, System], Ledger], Callable[[Plan, System], Estimate]]:
+    """The scenario's ledger builder and its pricing, as ``diagnose`` runs them, for any plan and system."""
+    w = scenario.workload
+
+    def build(p: Plan, s: System) -> Ledger:
+        if w.training is not None:
+            return training_ledger(scenario.name, model, w.training, p, s)
+        assert w.serving is not None
+        return serving_ledger(scenario.name, model, w.serving, p, s)
+
+    def estimate(p: Plan, s: System) -> Estimate:
+        led = build(p, s)
+        if w.training is not None:
+            return price_training_ledger(led, model, p, s)
+        assert w.serving is not None
+        return price_serving_ledger(led, model, p, w.serving, s)
+
+    return build, estimate
+
+
+def _verdict(inf: ExchangeInfo, resource: str, threshold: float | None, nominal: float, now: bool) -> str:
+    """Where it pays off (or costs no time) on the swept bandwidth, and whether it does today."""
+    verb = "pays off" if inf.rule == "faster" else "costs no time"
+    if threshold is None:
+        if now:
+            return f"{inf.title} {verb} at any {resource} bandwidth"
+        if inf.rule == "faster":
+            return f"{inf.title} never pays off here, whatever the {resource} bandwidth"
+        return f"{inf.title} always costs time here, whatever the {resource} bandwidth"
+    side = "below" if inf.pays_when == "below" else "above"
+    return (
+        f"{inf.title} {verb} while the {resource} is {side} {format_bandwidth(threshold)}; "
+        f"here it is {format_bandwidth(nominal)}, so it {'does' if now else 'does not'}"
+    )
 
 
 def _steps_budget(t_without: float, t_with_exact: float, assumed: float) -> str:

@@ -227,10 +227,68 @@ def search_serving(
         raise SpecError(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
+    combos = _added_options()
+    t = _evaluate(m, job, base, system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, kernels, combos)
+    priced = t.priced
+    score = {
+        "throughput": -priced.throughput_tokens_per_s,
+        "latency": priced.latency_s,
+        "cost": priced.usd_per_million_tokens,
+        "energy": priced.joules_per_token,
+    }[objective]
+    idx = np.flatnonzero(priced.feasible & np.isfinite(score))
+    rows = t.rows
+    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0) + t.tp * t.pp
+    simple += np.array([len(entries) for entries in combos])[t.added]
+    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
+    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, t.drop]
+    front = frontier(order, columns) if pareto else []
+    counts = np.bincount(priced.reason, minlength=len(REASONS))
+    return ServingSearchResult(
+        objective=objective,
+        evaluated=len(score),
+        feasible=len(idx),
+        best=_choice(t, int(order[0]), system, combos) if len(order) else None,
+        top=[_choice(t, int(i), system, combos) for i in order[:top]],
+        pareto=[_choice(t, i, system, combos) for i in front],
+        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
+        max_accuracy_drop=job.max_accuracy_drop,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """Every candidate of a search, row-wise: its layout, searched values, pricing and quality cost."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    rows: ServingRows
+    priced: ServingPriced
+    capacity: np.ndarray
+    """The prefix cache's capacity the row tried (NaN: not searched)."""
+    hit: np.ndarray
+    added: np.ndarray
+    """Index into the combinations of registered techniques' options."""
+    drop: np.ndarray
+    """Accuracy drop (those above the job's budget are marked infeasible)."""
+
+
+def _evaluate(
+    m: ModelSpec,
+    job: ServingJob,
+    base: Plan,
+    system: System,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    prefix_hit_rate: Callable[[int, int], float] | None,
+    kernels: Kernels | None,
+    combos: list[list[Any]],
+) -> _Table:
+    """Price every layout x prefix-cache size x registered options x the row grid (one vectorized call each)."""
     rows = _grid(system.host_memory is not None, job.batch)
     tps, pps, parts, caps, hits, added = [], [], [], [], [], []
     replayed: dict[int, float] = {}
-    combos = _added_options()
     for tp, pp in layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
             for c, entries in enumerate(combos):
@@ -241,68 +299,52 @@ def search_serving(
                 pps.append(np.full(len(rows), pp))
                 caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
                 hits.append(np.full(len(rows), np.nan if hit is None else hit))
-    k = len(parts)
-    cap_a, hit_a = np.concatenate(caps), np.concatenate(hits)
     priced = ServingPriced(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
     )
-    tiled = ServingRows(*(np.tile(getattr(rows, f), k) for f in ServingRows.__dataclass_fields__))
-    tp_a, pp_a, added_a = np.concatenate(tps), np.concatenate(pps), np.concatenate(added)
+    tiled = ServingRows(*(np.tile(getattr(rows, f), len(parts)) for f in ServingRows.__dataclass_fields__))
+    added_a = np.concatenate(added)
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
     drop = _accuracy_drop(base, tiled) + combo_drop[added_a]
     over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
     priced = dataclasses.replace(
         priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
     )
-    score = {
-        "throughput": -priced.throughput_tokens_per_s,
-        "latency": priced.latency_s,
-        "cost": priced.usd_per_million_tokens,
-        "energy": priced.joules_per_token,
-    }[objective]
-    idx = np.flatnonzero(priced.feasible & np.isfinite(score))
-    simple = (tiled.kv_offload > 0).astype(np.int64) + (tiled.weight_dtype > 0) + (tiled.kv_dtype > 0) + tp_a * pp_a
-    simple += np.array([len(entries) for entries in combos])[added_a]
-    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], drop[idx], quantize(score[idx])))]
-    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, drop]
-    front = frontier(order, columns) if pareto else []
-    counts = np.bincount(priced.reason, minlength=len(REASONS))
+    return _Table(
+        np.concatenate(tps),
+        np.concatenate(pps),
+        tiled,
+        priced,
+        np.concatenate(caps),
+        np.concatenate(hits),
+        added_a,
+        drop,
+    )
 
-    def choice(i: int) -> ServingChoice:
-        usd = float(priced.usd_per_million_tokens[i])
-        return ServingChoice(
-            tp=int(tp_a[i]),
-            pp=int(pp_a[i]),
-            replicas=system.num_devices // int(tp_a[i] * pp_a[i]),
-            batch=int(tiled.batch[i]),
-            kv_offload=float(tiled.kv_offload[i]),
-            weight_quantization=WEIGHT_DTYPES[int(tiled.weight_dtype[i])],
-            kv_quantization=KV_DTYPES[int(tiled.kv_dtype[i])],
-            ttft_s=float(priced.ttft_s[i]),
-            tpot_s=float(priced.tpot_s[i]),
-            latency_s=float(priced.latency_s[i]),
-            tokens_per_s=float(priced.tokens_per_s[i]),
-            throughput_tokens_per_s=float(priced.throughput_tokens_per_s[i]),
-            hbm_bytes=float(priced.hbm_bytes[i]),
-            link_bytes=float(priced.link_bytes[i]),
-            usd_per_million_tokens=None if np.isnan(usd) else usd,
-            joules_per_token=float(priced.joules_per_token[i]),
-            accuracy_drop=float(drop[i]),
-            binding=RESOURCES[int(priced.binding[i])],
-            prefix_capacity_bytes=None if np.isnan(cap_a[i]) else float(cap_a[i]),
-            prefix_hit_rate=None if np.isnan(hit_a[i]) else float(hit_a[i]),
-            added=[e.model_dump(mode="json") for e in combos[int(added_a[i])]],
-        )
 
-    n = len(score)
-    return ServingSearchResult(
-        objective=objective,
-        evaluated=n,
-        feasible=len(idx),
-        best=choice(int(order[0])) if len(order) else None,
-        top=[choice(int(i)) for i in order[:top]],
-        pareto=[choice(i) for i in front],
-        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
-        max_accuracy_drop=job.max_accuracy_drop,
+def _choice(t: _Table, i: int, system: System, combos: list[list[Any]]) -> ServingChoice:
+    p, r = t.priced, t.rows
+    usd = float(p.usd_per_million_tokens[i])
+    return ServingChoice(
+        tp=int(t.tp[i]),
+        pp=int(t.pp[i]),
+        replicas=system.num_devices // int(t.tp[i] * t.pp[i]),
+        batch=int(r.batch[i]),
+        kv_offload=float(r.kv_offload[i]),
+        weight_quantization=WEIGHT_DTYPES[int(r.weight_dtype[i])],
+        kv_quantization=KV_DTYPES[int(r.kv_dtype[i])],
+        ttft_s=float(p.ttft_s[i]),
+        tpot_s=float(p.tpot_s[i]),
+        latency_s=float(p.latency_s[i]),
+        tokens_per_s=float(p.tokens_per_s[i]),
+        throughput_tokens_per_s=float(p.throughput_tokens_per_s[i]),
+        hbm_bytes=float(p.hbm_bytes[i]),
+        link_bytes=float(p.link_bytes[i]),
+        usd_per_million_tokens=None if np.isnan(usd) else usd,
+        joules_per_token=float(p.joules_per_token[i]),
+        accuracy_drop=float(t.drop[i]),
+        binding=RESOURCES[int(p.binding[i])],
+        prefix_capacity_bytes=None if np.isnan(t.capacity[i]) else float(t.capacity[i]),
+        prefix_hit_rate=None if np.isnan(t.hit[i]) else float(t.hit[i]),
+        added=[e.model_dump(mode="json") for e in combos[int(t.added[i])]],
     )
