@@ -1,8 +1,8 @@
 """Read a local Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
 Only the architecture matters; no weights are read and nothing is downloaded.
-Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen2_moe (dense part),
-opt, gpt2, deepseek_v2, deepseek_v3.
+Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe (dense layers, if any, first),
+opt, gpt2, deepseek_v2, deepseek_v3 and kimi_k2 (DeepSeek-V3's architecture and keys).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from aitrinity.errors import SpecError
 from aitrinity.spec._base import validate
 from aitrinity.spec.model import ModelSpec
 
-_LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "deepseek_v2", "deepseek_v3"}
+_LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
 def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
@@ -50,7 +51,7 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
         "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "qkv_bias": bool(cfg.get("attention_bias", mtype == "qwen2")),
     }
-    if cfg.get("head_dim") and mtype not in ("deepseek_v2", "deepseek_v3"):
+    if cfg.get("head_dim") and mtype not in _DEEPSEEK:
         data["head_dim"] = cfg["head_dim"]
     window = cfg.get("sliding_window")
     if window and (mtype == "mistral" or cfg.get("use_sliding_window")):
@@ -61,7 +62,9 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
             "experts_per_token": _req(cfg, "num_experts_per_tok", where),
             "expert_intermediate_size": cfg["intermediate_size"],
         }
-    if mtype in ("deepseek_v2", "deepseek_v3"):
+    if mtype == "qwen3_moe":
+        data["moe"] = _qwen3_moe(cfg, where)
+    if mtype in _DEEPSEEK:
         data["moe"] = {
             "num_experts": _req(cfg, "n_routed_experts", where),
             "experts_per_token": _req(cfg, "num_experts_per_tok", where),
@@ -78,6 +81,27 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
             "v_head_dim": _req(cfg, "v_head_dim", where),
         }
     return data
+
+
+def _qwen3_moe(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """Qwen3-MoE: routed experts (no shared one) in every layer but ``mlp_only_layers``; those must be the
+    first layers (``first_dense_layers``), the only dense/MoE mix the model spec expresses."""
+    dense = sorted(cfg.get("mlp_only_layers") or [])
+    step = cfg.get("decoder_sparse_step", 1)
+    if step != 1 or dense != list(range(len(dense))):
+        raise SpecError(
+            "mlp_only_layers",
+            {"mlp_only_layers": dense, "decoder_sparse_step": step},
+            "dense layers only at the start (decoder_sparse_step 1): interleaved dense and MoE layers are not "
+            "expressible yet",
+            source=where,
+        )
+    return {
+        "num_experts": _req(cfg, "num_experts", where),
+        "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+        "expert_intermediate_size": _req(cfg, "moe_intermediate_size", where),
+        "first_dense_layers": len(dense),
+    }
 
 
 def _opt(cfg: dict[str, Any], where: str) -> dict[str, Any]:
