@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from aitrinity.cost.kernels import Kernels
+from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
@@ -35,7 +35,8 @@ from aitrinity.plan.vector_serving import (
     WEIGHT_DTYPES,
     ServingPriced,
     ServingRows,
-    price_rows,
+    answer_steady,
+    price_rows_deferred,
     row_plan,
 )
 from aitrinity.spec.exchanges import KVQuantization, PrefixCache, WeightQuantization
@@ -287,18 +288,23 @@ def _evaluate(
 ) -> _Table:
     """Price every layout x prefix-cache size x registered options x the row grid (one vectorized call each)."""
     rows = _grid(system.host_memory is not None, job.batch)
-    tps, pps, parts, caps, hits, added = [], [], [], [], [], []
+    tps, pps, caps, hits, added = [], [], [], [], []
+    deferred = []
     replayed: dict[int, float] = {}
     for tp, pp in layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
             for c, entries in enumerate(combos):
                 p = with_added(plan, entries)
-                parts.append(price_rows(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s, kernels))
+                deferred.append(price_rows_deferred(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
                 added.append(np.full(len(rows), c))
                 tps.append(np.full(len(rows), tp))
                 pps.append(np.full(len(rows), pp))
                 caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
                 hits.append(np.full(len(rows), np.nan if hit is None else hit))
+    # the steady states of every layout at once: one call per TP degree (they do not depend on pp)
+    requests = [r for r, _ in deferred if r is not None]
+    answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
+    parts = [finish(next(answers) if r is not None else None) for r, finish in deferred]
     priced = ServingPriced(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
     )

@@ -12,6 +12,7 @@ checks every row of small spaces against the one-plan path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,6 @@ from aitrinity.cost.operators import Layout
 from aitrinity.cost.params import count
 from aitrinity.cost.serving import (
     CHANNEL_OF_TIER,
-    ServingEffects,
     effects,
     logits_bytes_per_sequence,
     prefill_workspace_bytes,
@@ -123,6 +123,81 @@ def price_rows(
 ) -> ServingPriced:
     """Price every row for layout ``(tp, pp)``; ``kernels`` time the steady state's operators at fixed
     concurrency (default: the device's catalog roofline)."""
+    request, finish = price_rows_deferred(m, job, base, system, tp, pp, rows, ttft_slo_s, tpot_slo_s)
+    if request is None:
+        return finish(None)
+    return finish(answer_steady(m, kernels or roofline(system.device), system, job, [request])[0])
+
+
+@dataclass(frozen=True)
+class SteadyRequest:
+    """The fixed-concurrency steady states one layout's rows need: those that run, by (batch, weight dtype, KV
+    dtype) key. It does not depend on ``pp``, so the layouts of one TP degree share their steady states."""
+
+    tp: int
+    ep: int
+    weights_dtype: str
+    cache_dtype: str
+    prefix_hit: float
+    keys: Ints
+    """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
+
+
+@dataclass(frozen=True)
+class SteadyAnswer:
+    """Per key of the request: the steady state's TTFT, TPOT, decode step and prefill interference."""
+
+    ttft_s: F
+    tpot_s: F
+    decode_step_s: F
+    interference_s: F
+
+
+def answer_steady(
+    m: ModelSpec, k: Kernels, system: System, job: ServingJob, requests: list[SteadyRequest]
+) -> list[SteadyAnswer]:
+    """One steady-state call per TP degree (and fixed dtypes and prefix hit rate) for all the requests that
+    share it, over the union of their keys; each request gets its own keys' values back (the values of a
+    key do not depend on which others are in the call)."""
+    nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
+    groups: dict[tuple[int, int, str, str, float], list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault((r.tp, r.ep, r.weights_dtype, r.cache_dtype, r.prefix_hit), []).append(i)
+    out: list[SteadyAnswer | None] = [None] * len(requests)
+    for (tp, ep, wd, kd, hit), members in groups.items():
+        distinct = np.unique(np.concatenate([requests[i].keys for i in members]))
+        mixed = MixedKernels(
+            k, Dtypes((wd, *WEIGHT_DTYPES[1:]), distinct // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), distinct % nk)
+        )
+        ss = steady_state(
+            m,
+            mixed,
+            Layout(tp, ep, WEIGHTS, KV, system.engine),
+            distinct // (nk * nw),
+            job.prompt_tokens,
+            job.output_tokens,
+            prefill_fraction=1.0 - hit,
+        )
+        for i in members:
+            at = np.searchsorted(distinct, requests[i].keys)
+            out[i] = SteadyAnswer(ss.ttft_s[at], ss.tpot_s[at], ss.decode_step.total[at], ss.interference_s[at])
+    return [a for a in out if a is not None]
+
+
+def price_rows_deferred(
+    m: ModelSpec,
+    job: ServingJob,
+    base: Plan,
+    system: System,
+    tp: int,
+    pp: int,
+    rows: ServingRows,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+) -> tuple[SteadyRequest | None, Callable[[SteadyAnswer | None], ServingPriced]]:
+    """:func:`price_rows` in two steps, so that a search prices the steady states of all its layouts together
+    (:func:`answer_steady`): the steady states the rows need (None for a static batch), and the function that
+    finishes the rows from them."""
     n = len(rows)
     # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the scalar code sees them
     fixed = base.model_copy(
@@ -257,56 +332,65 @@ def price_rows(
     # --- metrics
     replicas = system.num_devices // (tp * pp)
     price = system.price_per_hour_usd
-    if job.mode == "concurrency":  # rows that cannot run are not priced (NaN): most of the search's time
-        one, _ = prefill(np.ones(n))
-        k = kernels or roofline(system.device)
-        runs = ~(mem_over | lower_over | no_gain | no_host)
-        ttft, tpot, binding = _steady(m, k, system, fplan, fx, base.ep, tp, rows, job, one, dec, runs)
-        latency = ttft + (n_out - 1) * tpot
-        rate = B * n_out / latency * replicas
-        tokens_per_s = throughput = rate
-        usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(n, np.nan)
-        joules = system.power_W * system.num_devices / rate
-        moved_pre = one.moved
-    else:
-        ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
-        tpot = combine(dec.times(), system) + float(L * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
-        binding = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
-        latency = ttft + n_out * tpot
-        out_tokens = B * n_out * pp * replicas
-        tokens_per_s = B * pp * replicas / tpot
-        throughput = out_tokens / latency
-        usd = (
-            price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
-            if price is not None
-            else np.full(n, np.nan)
-        )
-        joules = system.power_W * system.num_devices * latency / out_tokens
-        moved_pre = pre.moved
+    one = prefill(np.ones(n))[0] if job.mode == "concurrency" else pre
+    runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
+    request = None
+    if job.mode == "concurrency":
+        nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
+        keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
+        request = SteadyRequest(tp, base.ep, fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, keys)
 
-    checks = [
-        mem_over,
-        lower_over,
-        ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
-        tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
-        no_gain,
-        no_host,
-    ]
-    reason = first_failed(checks, n)
-    return ServingPriced(
-        feasible=reason == 0,
-        reason=reason,
-        ttft_s=ttft,
-        tpot_s=tpot,
-        latency_s=latency,
-        tokens_per_s=tokens_per_s,
-        throughput_tokens_per_s=throughput,
-        hbm_bytes=hbm_mem,
-        link_bytes=moved_pre + n_out * dec.moved,
-        usd_per_million_tokens=usd,
-        joules_per_token=joules,
-        binding=binding,
-    )
+    def finish(answer: SteadyAnswer | None) -> ServingPriced:
+        """The rows' metrics and feasibility once their steady states (or the static batch's phases) are in."""
+        if answer is not None:
+            ttft, tpot, binding = _steady(system, rows, one, dec, runs, answer)
+            latency = ttft + (n_out - 1) * tpot
+            rate = B * n_out / latency * replicas
+            tokens_per_s = throughput = rate
+            usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(n, np.nan)
+            joules = system.power_W * system.num_devices / rate
+            moved_pre = one.moved
+        else:
+            ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
+            tpot = combine(dec.times(), system) + float(L * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
+            binding = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
+            latency = ttft + n_out * tpot
+            out_tokens = B * n_out * pp * replicas
+            tokens_per_s = B * pp * replicas / tpot
+            throughput = out_tokens / latency
+            usd = (
+                price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
+                if price is not None
+                else np.full(n, np.nan)
+            )
+            joules = system.power_W * system.num_devices * latency / out_tokens
+            moved_pre = pre.moved
+
+        checks = [
+            mem_over,
+            lower_over,
+            ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
+            tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
+            no_gain,
+            no_host,
+        ]
+        reason = first_failed(checks, n)
+        return ServingPriced(
+            feasible=reason == 0,
+            reason=reason,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            latency_s=latency,
+            tokens_per_s=tokens_per_s,
+            throughput_tokens_per_s=throughput,
+            hbm_bytes=hbm_mem,
+            link_bytes=moved_pre + n_out * dec.moved,
+            usd_per_million_tokens=usd,
+            joules_per_token=joules,
+            binding=binding,
+        )
+
+    return request, finish
 
 
 @dataclass(frozen=True)
@@ -335,46 +419,16 @@ class Phase:
 
 
 def _steady(
-    m: ModelSpec,
-    k: Kernels,
-    system: System,
-    fplan: Plan,
-    fx: ServingEffects,
-    ep: int,
-    tp: int,
-    rows: ServingRows,
-    job: ServingJob,
-    one: Phase,
-    dec: Phase,
-    runs: NDArray[np.bool_],
+    system: System, rows: ServingRows, one: Phase, dec: Phase, runs: NDArray[np.bool_], answer: SteadyAnswer
 ) -> tuple[F, F, Ints]:
     """TTFT, TPOT and the binding resource of every row at fixed concurrency, as
-    :func:`aitrinity.cost.estimate.price_concurrency` prices one plan: the steady state of each (weight
-    dtype, KV dtype) group of rows, exchanges' streams combined under the overlap model, never faster
+    :func:`aitrinity.cost.estimate.price_concurrency` prices one plan: the rows' steady states (``answer``, for
+    the rows that run; NaN for the others), exchanges' streams combined under the overlap model, never faster
     than the roofline's slowest resource (one request's prefill for TTFT, the row's decode for TPOT)."""
     n = len(rows)
     ttft_op, tpot_op, dec_step, interference = (np.full(n, np.nan) for _ in range(4))
-    if runs.any():
-        # one steady state for every (batch, weight dtype, KV dtype) the rows hold: offload fractions share one
-        nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-        keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
-        distinct, at = np.unique(keys, return_inverse=True)
-        mixed = MixedKernels(
-            k,
-            Dtypes((fplan.weights_dtype, *WEIGHT_DTYPES[1:]), distinct // nk % nw),
-            Dtypes((fplan.cache_dtype, *KV_DTYPES[1:]), distinct % nk),
-        )
-        ss = steady_state(
-            m,
-            mixed,
-            Layout(tp, ep, WEIGHTS, KV, system.engine),
-            distinct // (nk * nw),
-            job.prompt_tokens,
-            job.output_tokens,
-            prefill_fraction=1.0 - fx.prefix_hit,
-        )
-        ttft_op[runs], tpot_op[runs] = ss.ttft_s[at], ss.tpot_s[at]
-        dec_step[runs], interference[runs] = ss.decode_step.total[at], ss.interference_s[at]
+    ttft_op[runs], tpot_op[runs] = answer.ttft_s, answer.tpot_s
+    dec_step[runs], interference[runs] = answer.decode_step_s, answer.interference_s
     ttft = np.maximum(combine([ttft_op, *one.streams()], system), one.floor())
     tpot = np.maximum(combine([tpot_op, *dec.streams()], system), dec.floor())
     latency = np.maximum(dec_step - dec.floor(), 0.0)
