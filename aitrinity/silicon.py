@@ -59,7 +59,7 @@ def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None
 @functools.lru_cache(maxsize=16)
 def _grids(
     device: str, engine: str, version: str | None
-) -> tuple[dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid]]:
+) -> tuple[dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid], dict[int, Grid]]:
     from aitrinity.catalog import kernel_tables as kt
 
     t = kt.read(device, engine, version)
@@ -67,7 +67,13 @@ def _grids(
         key: AttentionTables({h: Grid(*g) for h, g in a.prefill.items()}, {h: Grid(*g) for h, g in a.decode.items()})
         for key, a in t.attention.items()
     }
-    return {d: Grid(*g) for d, g in t.gemm.items()}, attention, {n: Grid(*g) for n, g in t.all_reduce.items()}
+    all_reduce = {n: Grid(*g) for n, g in t.all_reduce.items()}
+    return (
+        {d: Grid(*g) for d, g in t.gemm.items()},
+        attention,
+        all_reduce,
+        {n: Grid(*g) for n, g in t.all_to_all.items()},
+    )
 
 
 def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> TableKernels:
@@ -75,6 +81,8 @@ def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> T
     (recorded in ``fallbacks``). Raises SpecError when the tables cannot be read."""
     from aitrinity.catalog import kernel_tables as kt
 
-    gemm, attention, all_reduce = _grids(dev.name, engine, version)
+    gemm, attention, all_reduce, all_to_all = _grids(dev.name, engine, version)
     label = kt.read(dev.name, engine, version).choice.label
-    return TableKernels(gemm, attention, all_reduce, roofline(dev), source=f"table {label}")
+    return TableKernels(
+        gemm, attention, all_reduce, roofline(dev), source=f"table {label}", all_to_all_grids=all_to_all
+    )

@@ -2,8 +2,11 @@
 
 Layout of that package: ``aiconfigurator_core/systems/data/<gpu>/<op>/<engine>/<version>/<table>.parquet``
 (``gemm/gemm_perf``, ``attention/{context,generation}_attention_perf``, ``comm/<engine>/custom_allreduce_perf``,
-``comm/nccl/nccl_perf``). Latencies are in milliseconds; GEMM shapes are ``m x n x k``; all-reduce sizes
-are in elements of the table's dtype (bf16: 2 bytes each).
+``comm/nccl/<nccl version>/nccl_perf``). Latencies are in milliseconds; GEMM shapes are ``m x n x k``;
+collective sizes are in elements of the table's dtype (bf16 / half: 2 bytes each; read so, NCCL's
+all-reduce on 8 x H100 reaches a bus bandwidth of ~445 GB/s at 512 MiB, and 222 GB/s were they bytes). The
+all-to-all (MoE token dispatch and combine) comes from NCCL's table, the newest NCCL version measured, as
+nccl-tests counts it: each GPU's send buffer, a ``1/n`` share to each of the ``n`` GPUs.
 
 Installed with ``pip install 'aitrinity[silicon]'`` (which brings pyarrow). Only the per-operator tables
 are read. The same package ships ``systems/silicon_sample.csv`` (end-to-end runs kept apart as an
@@ -243,6 +246,24 @@ def _all_reduce(root: Path, c: TableChoice) -> dict[int, MeasuredGrid]:
     return {}
 
 
+def _all_to_all(root: Path) -> dict[int, MeasuredGrid]:
+    nccl = root / "comm" / "nccl"
+    have = sorted((p.name for p in nccl.iterdir() if p.is_dir()), key=_version_key) if nccl.is_dir() else []
+    for v in reversed(have):
+        path = nccl / v / "nccl_perf.parquet"
+        if path.is_file():
+            rows = _read(path, ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"])
+            mine = (rows["op_name"] == "alltoall") & (rows["nccl_dtype"] == "half")
+            if not mine.any():
+                continue
+            return {
+                int(n): _grid([rows["message_size"][sel & mine] * 2.0], rows["latency"][sel & mine] * 1e-3)
+                for (n,), sel in _groups(rows, ["num_gpus"])
+                if (sel & mine).any()
+            }
+    return {}
+
+
 @dataclass(frozen=True)
 class MeasuredTables:
     """What was read for one GPU and engine version."""
@@ -254,6 +275,8 @@ class MeasuredTables:
     """By (head_dim, KV dtype)."""
     all_reduce: dict[int, MeasuredGrid]
     """By GPU count; axis: payload bytes."""
+    all_to_all: dict[int, MeasuredGrid]
+    """By GPU count (NCCL's table); axis: each GPU's send buffer, bytes."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -262,6 +285,6 @@ def read(device: str, engine: str, version: str | None) -> MeasuredTables:
     c = choose(device, engine, version)
     root = data_root() / c.system
     try:
-        return MeasuredTables(c, _gemm(root, c), _attention(root, c), _all_reduce(root, c))
+        return MeasuredTables(c, _gemm(root, c), _attention(root, c), _all_reduce(root, c), _all_to_all(root))
     except (ValueError, KeyError) as e:
         raise SpecError.at(root, f"kernel tables unusable ({e})") from None

@@ -85,3 +85,26 @@ def test_without_the_extra_the_roofline_is_used_and_said(monkeypatch):
     choice = silicon.kernels(catalog.device("h100-sxm"), "vllm")
     assert choice.source == "roofline (catalog h100-sxm)"
     assert "aitrinity[silicon]" in choice.note
+
+
+def test_the_all_to_all_is_nccls_measured_table_where_it_has_the_gpu_count(h100_vllm):
+    """nccl_perf's alltoall rows (sizes in half elements: each GPU's send buffer); none for 16 GPUs."""
+    nccl = kt.data_root() / "h100_sxm" / "comm" / "nccl"
+    newest = max((p.name for p in nccl.iterdir() if (p / "nccl_perf.parquet").is_file()), key=kt._version_key)
+    t = pq.read_table(nccl / newest / "nccl_perf.parquet").to_pydict()
+    i = next(
+        i
+        for i in range(len(t["latency"]))
+        if t["op_name"][i] == "alltoall"
+        and t["num_gpus"][i] == 8
+        and t["nccl_dtype"][i] == "half"
+        and t["message_size"][i] == 1 << 20
+    )
+    k = h100_vllm.kernels
+    k.fallbacks.clear()
+    assert float(k.all_to_all(2.0 * (1 << 20), 8)) == pytest.approx(t["latency"][i] * 1e-3)
+    assert float(k.all_to_all(1e6, 1)) == 0.0 and not k.fallbacks
+    sizes = np.array([1e4, 1e6, 1e8])
+    assert np.all(np.diff(k.all_to_all(sizes, 8)) > 0)
+    assert float(k.all_to_all(1e6, 16)) == pytest.approx(float(k.fallback.all_to_all(1e6, 16)))
+    assert "all-to-all over 16 GPUs" in k.fallbacks
