@@ -59,7 +59,13 @@ def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None
 @functools.lru_cache(maxsize=16)
 def _grids(
     device: str, engine: str, version: str | None
-) -> tuple[dict[str, Grid], dict[tuple[int, str], AttentionTables], dict[int, Grid], dict[int, Grid]]:
+) -> tuple[
+    dict[str, Grid],
+    dict[tuple[int, str], AttentionTables],
+    dict[int, Grid],
+    dict[int, Grid],
+    dict[tuple[str, int, int, int, int, int, int], Grid],
+]:
     from aitrinity.catalog import kernel_tables as kt
 
     t = kt.read(device, engine, version)
@@ -67,13 +73,10 @@ def _grids(
         key: AttentionTables({h: Grid(*g) for h, g in a.prefill.items()}, {h: Grid(*g) for h, g in a.decode.items()})
         for key, a in t.attention.items()
     }
+    gemm = {d: Grid(*g) for d, g in t.gemm.items()}
     all_reduce = {n: Grid(*g) for n, g in t.all_reduce.items()}
-    return (
-        {d: Grid(*g) for d, g in t.gemm.items()},
-        attention,
-        all_reduce,
-        {n: Grid(*g) for n, g in t.all_to_all.items()},
-    )
+    all_to_all = {n: Grid(*g) for n, g in t.all_to_all.items()}
+    return gemm, attention, all_reduce, all_to_all, {key: Grid(*g) for key, g in t.moe.items()}
 
 
 def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> TableKernels:
@@ -81,8 +84,8 @@ def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> T
     (recorded in ``fallbacks``). Raises SpecError when the tables cannot be read."""
     from aitrinity.catalog import kernel_tables as kt
 
-    gemm, attention, all_reduce, all_to_all = _grids(dev.name, engine, version)
+    gemm, attention, all_reduce, all_to_all, moe = _grids(dev.name, engine, version)
     label = kt.read(dev.name, engine, version).choice.label
     return TableKernels(
-        gemm, attention, all_reduce, roofline(dev), source=f"table {label}", all_to_all_grids=all_to_all
+        gemm, attention, all_reduce, roofline(dev), source=f"table {label}", all_to_all_grids=all_to_all, moe_grids=moe
     )

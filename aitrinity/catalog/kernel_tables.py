@@ -47,6 +47,10 @@ SYSTEM_OF_DEVICE = {
 """Catalog device -> the table folder measured on it (an A100 40 GB runs the 80 GB's kernels)."""
 
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4", "w4a16_mxfp4": "fp4"}
+
+MoEKey = tuple[str, int, int, int, int, int, int]
+"""(dtype, hidden, expert intermediate, top-k, experts, MoE TP size, MoE EP size) of a measured MoE layer."""
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 
 
@@ -264,6 +268,30 @@ def _all_to_all(root: Path) -> dict[int, MeasuredGrid]:
     return {}
 
 
+def _moe(root: Path, c: TableChoice) -> dict[MoEKey, MeasuredGrid]:
+    """The engine's fused MoE kernels (routing and grouped expert GEMMs) for the model shapes measured, with
+    tokens routed uniformly ('balanced', as the operator model assumes); over the tokens of the step."""
+    have = versions(c.system, "moe", c.engine)
+    older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
+    for v in reversed(older):
+        path = root / "moe" / c.engine / v / "moe_perf.parquet"
+        if not path.is_file():
+            continue
+        cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+        rows = _read(path, [*cols, "moe_ep_size", "distribution", "latency"])
+        balanced = rows["distribution"] == "balanced"
+        out: dict[MoEKey, MeasuredGrid] = {}
+        by = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
+        for (dtype, h, f, k, e, tp, ep), sel in _groups(rows, by):
+            name = MOE_DTYPES.get(str(dtype))
+            sel = sel & balanced
+            if name and sel.any():
+                key = (name, int(h), int(f), int(k), int(e), int(tp), int(ep))
+                out[key] = _grid([rows["num_tokens"][sel]], rows["latency"][sel] * 1e-3)
+        return out
+    return {}
+
+
 @dataclass(frozen=True)
 class MeasuredTables:
     """What was read for one GPU and engine version."""
@@ -277,6 +305,8 @@ class MeasuredTables:
     """By GPU count; axis: payload bytes."""
     all_to_all: dict[int, MeasuredGrid]
     """By GPU count (NCCL's table); axis: each GPU's send buffer, bytes."""
+    moe: dict[MoEKey, MeasuredGrid]
+    """By model shape and MoE TP / EP sizes; axis: tokens in the step."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -285,6 +315,8 @@ def read(device: str, engine: str, version: str | None) -> MeasuredTables:
     c = choose(device, engine, version)
     root = data_root() / c.system
     try:
-        return MeasuredTables(c, _gemm(root, c), _attention(root, c), _all_reduce(root, c), _all_to_all(root))
+        return MeasuredTables(
+            c, _gemm(root, c), _attention(root, c), _all_reduce(root, c), _all_to_all(root), _moe(root, c)
+        )
     except (ValueError, KeyError) as e:
         raise SpecError.at(root, f"kernel tables unusable ({e})") from None

@@ -130,6 +130,24 @@ class Kernels(Protocol):
         """A memory-bound kernel moving ``nbytes`` (norms, activations, residual adds, embedding gathers)."""
         ...
 
+    def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
+        """A fused MoE layer's routed experts (routing and grouped GEMMs) for ``tokens`` tokens, measured;
+        NaN where no table has the shape (the operator model then times the experts' GEMMs itself)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """A MoE layer as the tables key it: hidden size, expert intermediate size, top-k, experts, and the MoE
+    TP and EP sizes it runs at."""
+
+    hidden: int
+    inter: int
+    topk: int
+    experts: int
+    tp: int
+    ep: int
+
 
 @dataclass(frozen=True)
 class RooflineKernels:
@@ -194,6 +212,9 @@ class RooflineKernels:
             self.memory_bandwidth_Bps * self.params.memory_efficiency
         )
 
+    def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
+        return np.full(np.shape(tokens), np.nan)
+
 
 @dataclass(frozen=True)
 class AttentionTables:
@@ -226,6 +247,18 @@ class TableKernels:
     fallbacks: set[str] = field(default_factory=set, compare=False)
     all_to_all_grids: dict[int, Grid] = field(default_factory=dict)
     """NCCL's measured all-to-all by GPU count; axis: each GPU's send buffer, bytes."""
+    moe_grids: dict[tuple[str, int, int, int, int, int, int], Grid] = field(default_factory=dict)
+    """The engine's fused MoE by (dtype, hidden, intermediate, top-k, experts, TP, EP); axis: tokens."""
+
+    def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
+        dims = (shape.hidden, shape.inter, shape.topk, shape.experts, shape.tp, shape.ep)
+        for d in (dtype, "fp8_block") if dtype == "fp8" else (dtype,):  # block-scaled fp8 where per-tensor is not
+            grid = self.moe_grids.get((d, *dims))
+            if grid is not None:
+                return grid(tokens)
+        if self.moe_grids:
+            self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))}")
+        return np.full(np.shape(tokens), np.nan)
 
     def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
         grid = self.gemm_grids.get(dtype)
@@ -355,6 +388,11 @@ class MixedKernels:
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.base.elementwise(nbytes)
+
+    def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
+        if dtype != WEIGHTS:
+            return self.base.moe(tokens, shape, dtype)
+        return self._mix(self.weights, lambda d: self.base.moe(tokens, shape, d))
 
 
 def generic_params(dev: DeviceSpec) -> KernelParams:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from aitrinity.cost.kernels import Array, Kernels
+from aitrinity.cost.kernels import Array, Kernels, MoEShape
 from aitrinity.spec.model import ModelSpec
 
 OPERATOR_CLASSES = ("gemm", "attention", "communication", "elementwise", "engine")
@@ -119,7 +119,12 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     routed = tokens * e.experts_per_token / lay.ep  # token-expert pairs landing on this rank's experts
     touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
     per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
-    out = k.gemm(tokens, e.num_experts, h, "bf16") + touched * ffn(per_expert, e.expert_intermediate_size)
+    experts = touched * ffn(per_expert, e.expert_intermediate_size)
+    # the engine's fused MoE kernel where a table measured this shape (uniform routing, as here)
+    shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, tp, lay.ep)
+    measured = k.moe(tokens, shape, wd)
+    experts = np.where(np.isnan(measured), experts, measured)
+    out = k.gemm(tokens, e.num_experts, h, "bf16") + experts
     if e.num_shared_experts:
         out = out + ffn(tokens, e.num_shared_experts * e.expert_intermediate_size)
     return out

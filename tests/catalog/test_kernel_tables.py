@@ -108,3 +108,31 @@ def test_the_all_to_all_is_nccls_measured_table_where_it_has_the_gpu_count(h100_
     assert np.all(np.diff(k.all_to_all(sizes, 8)) > 0)
     assert float(k.all_to_all(1e6, 16)) == pytest.approx(float(k.fallback.all_to_all(1e6, 16)))
     assert "all-to-all over 16 GPUs" in k.fallbacks
+
+
+def test_a_measured_moe_shape_times_the_routed_experts_from_its_table(h100_vllm):
+    """DeepSeek-V3's MoE layer (7168 x 2048, top-8 of 256; vLLM measured it in block-scaled fp8) is measured:
+    the operator model takes the fused kernel's time for the routed experts; a shape or dtype no table has
+    keeps the experts' own GEMMs (NaN)."""
+    from aitrinity.cost.kernels import MoEShape
+    from aitrinity.cost.operators import Layout, mlp_time
+
+    k = h100_vllm.kernels
+    path = kt.data_root() / "h100_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet"
+    t = pq.read_table(path).to_pydict()
+    want = min(
+        t["latency"][i] * 1e-3
+        for i in range(len(t["latency"]))
+        if (t["moe_dtype"][i], t["hidden_size"][i], t["inter_size"][i], t["topk"][i], t["num_experts"][i])
+        == ("fp8_block", 7168, 2048, 8, 256)
+        and (t["moe_tp_size"][i], t["moe_ep_size"][i], t["num_tokens"][i], t["distribution"][i])
+        == (8, 1, 64, "balanced")
+    )
+    shape = MoEShape(7168, 2048, 8, 256, 8, 1)
+    assert float(k.moe(64.0, shape, "fp8")) == pytest.approx(want)  # fp8 weights: the block-scaled kernel
+    assert np.isnan(k.moe(64.0, shape, "bf16"))  # vLLM's table has this shape in fp8 only
+    m = catalog.model("deepseek-v3")
+    lay = Layout(tp=8, weight_dtype="fp8", engine="vllm")
+    router = float(k.gemm(64.0, 256, 7168, "bf16"))
+    shared = float(k.gemm(64.0, 2 * 2048 // 8, 7168, "fp8") + k.gemm(64.0, 7168, 2048 // 8, "fp8"))
+    assert float(mlp_time(m, k, lay, np.array(64.0), moe_layer=True)) == pytest.approx(router + want + shared)
