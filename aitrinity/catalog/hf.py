@@ -2,7 +2,9 @@
 
 Only the architecture matters; no weights are read and nothing is downloaded.
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe (dense layers, if any, first),
-opt, gpt2, deepseek_v2, deepseek_v3 and kimi_k2 (DeepSeek-V3's architecture and keys).
+gemma2, gemma3 / gemma3_text (the text model; local and global attention layers), gpt_oss (MoE with biases,
+alternating sliding-window layers; attention sinks not counted), opt, gpt2, deepseek_v2, deepseek_v3 and
+kimi_k2 (DeepSeek-V3's architecture and keys).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from aitrinity.spec.model import ModelSpec
 
 _LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2"}
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_GEMMA = {"gemma2", "gemma3", "gemma3_text"}
 
 
 def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
@@ -32,8 +35,13 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
         data = _opt(cfg, where)
     elif mtype == "gpt2":
         data = _gpt2(cfg, where)
+    elif mtype in _GEMMA:
+        data = _gemma(cfg.get("text_config", cfg) if mtype == "gemma3" else cfg, mtype, where)
+    elif mtype == "gpt_oss":
+        data = _gpt_oss(cfg, where)
     else:
-        raise SpecError("model_type", mtype, f"one of {sorted(_LLAMA_LIKE | {'opt', 'gpt2'})}", source=where)
+        known = sorted(_LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2"})
+        raise SpecError("model_type", mtype, f"one of {known}", source=where)
     data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
     return validate(ModelSpec, data, source=where)
 
@@ -80,6 +88,50 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
             "qk_rope_head_dim": _req(cfg, "qk_rope_head_dim", where),
             "v_head_dim": _req(cfg, "v_head_dim", where),
         }
+    return data
+
+
+def _local_layers(cfg: dict[str, Any], layers: int, every: int) -> int:
+    """Layers with sliding-window attention: counted from ``layer_types`` when the config lists them, else
+    all but every ``every``-th layer (Gemma 2 and gpt-oss alternate: 2; Gemma 3: ``sliding_window_pattern``)."""
+    types = cfg.get("layer_types")
+    if types:
+        return sum(1 for t in types if t == "sliding_attention")
+    return layers - layers // every
+
+
+def _gemma(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
+    """Gemma 2 / 3 text models: GeGLU MLP, tied embeddings, local sliding-window layers between global ones
+    (per-head q/k norms and the extra pre/post norms are not counted: under 0.01% of the parameters)."""
+    layers = _req(cfg, "num_hidden_layers", where)
+    every = 2 if mtype == "gemma2" else int(cfg.get("sliding_window_pattern", 6))
+    data = _llama_like({**cfg, "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}, mtype, where)
+    data["head_dim"] = _req(cfg, "head_dim", where)
+    data["sliding_window"] = _req(cfg, "sliding_window", where)
+    data["sliding_window_layers"] = _local_layers(cfg, layers, every)
+    return data
+
+
+def _gpt_oss(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """gpt-oss: every layer MoE (experts of ``intermediate_size`` with biases, a biased router), biased
+    attention, sliding-window and full attention alternating; the attention sinks (one scalar per head and
+    layer) are not counted."""
+    layers = _req(cfg, "num_hidden_layers", where)
+    bias = bool(cfg.get("attention_bias", True))
+    data = _llama_like({**cfg, "attention_bias": bias}, "gpt_oss", where)
+    data.update(
+        head_dim=_req(cfg, "head_dim", where),
+        qkv_bias=bias,
+        linear_bias=bias,
+        sliding_window=_req(cfg, "sliding_window", where),
+        sliding_window_layers=_local_layers(cfg, layers, 2),
+        moe={
+            "num_experts": _req(cfg, "num_local_experts", where),
+            "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+            "expert_intermediate_size": _req(cfg, "intermediate_size", where),
+            "router_bias": True,
+        },
+    )
     return data
 
 

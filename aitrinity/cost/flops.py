@@ -76,10 +76,16 @@ def _attention_non_matmul(m: ModelSpec) -> int:
 def score_flops_per_query(m: ModelSpec, context: float) -> float:
     """QK^T + AV FLOPs of one query position over ``context`` keys, all layers.
 
-    With a sliding window the context is capped at the window (Mistral 7B, §2).
+    With a sliding window the context of its layers is capped at the window (Mistral 7B, §2); models that
+    mix local and global layers (Gemma 2/3, gpt-oss) pay the full context on the global ones.
     """
-    if m.sliding_window:
+    local = m.local_layers
+    if local == m.num_layers and m.sliding_window:
         context = min(context, m.sliding_window)
+    elif local:
+        w = m.sliding_window or 0
+        per_layer = 2.0 * m.num_attention_heads * (m.dim_head + m.v_head_dim)
+        return per_layer * (local * min(context, w) + (m.num_layers - local) * context)
     return 2.0 * m.num_layers * m.num_attention_heads * context * (m.dim_head + m.v_head_dim)
 
 
@@ -87,8 +93,16 @@ def causal_score_flops(m: ModelSpec, start: int, new: int) -> float:
     """Score FLOPs for ``new`` query positions after ``start`` cached ones (causal).
 
     Position i (0-based) attends to i+1 keys: sum over i in [start, start+new).
-    With a window w the context of position i is min(i+1, w).
+    With a window w the context of position i is min(i+1, w) on the layers that have it.
     """
+    local = m.local_layers
+    if 0 < local < m.num_layers:
+        windowed = m.model_copy(update={"sliding_window_layers": None})
+        full = m.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
+        return (
+            local * causal_score_flops(windowed, start, new)
+            + (m.num_layers - local) * causal_score_flops(full, start, new)
+        ) / m.num_layers
     lo, hi = start + 1, start + new  # contexts
     w = m.sliding_window
     if w is None or hi <= w:

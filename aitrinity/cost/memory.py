@@ -154,9 +154,16 @@ def kv_bytes_per_token(m: ModelSpec, dtype: str) -> float:
     return 2.0 * m.num_layers * m.kv_heads * m.dim_head * b
 
 
-def kv_tokens_held(m: ModelSpec, context: int) -> int:
-    """Tokens one sequence keeps in cache: capped by a sliding window (rolling buffer, Mistral §2)."""
-    return min(context, m.sliding_window) if m.sliding_window else context
+def kv_tokens_held(m: ModelSpec, context: int) -> float:
+    """Tokens one sequence keeps in cache, per layer on average: capped by a sliding window on the layers
+    that have one (rolling buffer, Mistral §2; Gemma 2/3 and gpt-oss keep the whole context on their global
+    layers)."""
+    local = m.local_layers
+    if not local or m.sliding_window is None:
+        return context
+    if local == m.num_layers:
+        return min(context, m.sliding_window)
+    return (local * min(context, m.sliding_window) + (m.num_layers - local) * context) / m.num_layers
 
 
 def kv_shard_factor(m: ModelSpec, tp: int) -> float:

@@ -95,6 +95,34 @@ class StepTimes:
         return {c: getattr(self, c) for c in OPERATOR_CLASSES}
 
 
+def _attention(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    a: int,
+    g: int,
+    d: int,
+    dec: Array,
+    ctx: Array,
+    nps: Array,
+    plen: Array,
+    window: int | None,
+) -> Array:
+    """One layer's attention kernels: decode over the context, prefill (flash, causal) over the new tokens;
+    within ``window`` keys when given -- decode over ``min(context, window)``, prefill scaled by the share
+    of the causal score matrix the window keeps (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it)."""
+    c = np.maximum(ctx, 1.0) if window is None else np.minimum(np.maximum(ctx, 1.0), window)
+    attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype), 0.0)
+    s = np.maximum(plen, 1.0)
+    pre = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype)
+    if window is not None:
+        w = float(window)
+        kept = np.where(s <= w, s * (s + 1.0) / 2.0, w * (w + 1.0) / 2.0 + (s - w) * w)
+        pre = pre * kept / (s * (s + 1.0) / 2.0)
+    out: Array = attn + np.where(nps > 0, pre, 0.0)
+    return out
+
+
 def attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
     """(query heads, KV heads, head dim) on one TP rank; MLA's latent cache is one 'KV head' of its rank."""
     if m.mla:
@@ -144,10 +172,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
 
     qkv = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd)
     o_proj = k.gemm(rows, h, a * dv, wd)
-    attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), np.maximum(ctx, 1.0), a, g, d, lay.kv_dtype), 0.0)
-    attn = attn + np.where(
-        nps > 0, k.prefill_attention(np.maximum(nps, 1.0), np.maximum(plen, 1.0), a, g, d, lay.kv_dtype), 0.0
-    )
+    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, None)
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
@@ -165,9 +190,13 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen).shape
     engine = np.full(shape, float(step_overhead_s))
+    attention = layers * attn
+    if m.local_layers and m.sliding_window:  # local layers attend within the window (Mistral, Gemma, gpt-oss)
+        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, m.sliding_window)
+        attention = m.local_layers * local + (layers - m.local_layers) * attn
     return StepTimes(
         gemm=np.broadcast_to(gemm, shape).astype(np.float64),
-        attention=np.broadcast_to(layers * attn, shape).astype(np.float64),
+        attention=np.broadcast_to(attention, shape).astype(np.float64),
         communication=np.broadcast_to(comm, shape).astype(np.float64),
         elementwise=np.broadcast_to(elementwise, shape).astype(np.float64),
         engine=engine,

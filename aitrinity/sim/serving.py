@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from aitrinity.cost.block_index import BlockIndex
-from aitrinity.cost.flops import causal_score_flops, token_flops
+from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
@@ -298,6 +298,7 @@ class _Engine:
             )
         self.dense = token_flops(m).dense
         self.score = (2.0 * m.num_layers * m.num_attention_heads, m.dim_head + m.v_head_dim, m.sliding_window)
+        self.mixed_windows = 0 < m.local_layers < m.num_layers
         self.sim = Simulator(seed)
         npre = cfg.prefill_instances
         self.insts = [_Instance("prefill" if k < npre else "decode" if npre else "both") for k in range(cfg.instances)]
@@ -495,9 +496,15 @@ class _Engine:
         j = np.arange(steps)
         ctx = np.array([r.kv_tokens + 1 for r in decode])[:, None] + j[None, :]
         a, b, w = self.score
-        if w:
-            ctx = np.minimum(ctx, w)
-        scores = (a * ctx * b).sum(axis=0)
+        if self.mixed_windows:  # local and global layers: score_flops_per_query's own arithmetic, element-wise
+            m = self.m
+            per_layer = 2.0 * m.num_attention_heads * b
+            local = m.local_layers
+            scores = (per_layer * (local * np.minimum(ctx, w or 0) + (m.num_layers - local) * ctx)).sum(axis=0)
+        else:
+            if w:
+                ctx = np.minimum(ctx, w)
+            scores = (a * ctx * b).sum(axis=0)
         flops = self.dense * n + scores
         nbytes = self.weights + self.kv_per_token * (held + n * j + n)
         dts: np.ndarray = np.maximum(nbytes / cfg.memory_bandwidth_Bps, flops / cfg.flops_per_s) + cfg.overhead_s
@@ -572,7 +579,11 @@ class _Engine:
             return cfg.step_time(len(decode), ctx, len(chunks), chunk)
         tokens = len(decode) + sum(n for _, n in chunks)
         a, b, w = self.score  # score_flops_per_query, its factors hoisted (the same products, in the same order)
-        flops = self.dense * tokens + sum(a * (min(r.kv_tokens + 1, w) if w else r.kv_tokens + 1) * b for r in decode)
+        if self.mixed_windows:
+            scores = sum(score_flops_per_query(m, r.kv_tokens + 1) for r in decode)
+        else:
+            scores = sum(a * (min(r.kv_tokens + 1, w) if w else r.kv_tokens + 1) * b for r in decode)
+        flops = self.dense * tokens + scores
         flops += sum(causal_score_flops(m, r.prefilled, n) for r, n in chunks)
         nbytes = self.weights + self.kv_per_token * (sum(r.kv_tokens for r in decode) + tokens)
         return max(nbytes / cfg.memory_bandwidth_Bps, flops / cfg.flops_per_s) + cfg.overhead_s

@@ -71,6 +71,10 @@ class ModelSpec(Spec):
     learned_positions: int = Field(default=0, ge=0)
     tie_embeddings: bool = False
     sliding_window: int | None = Field(default=None, gt=0)
+    sliding_window_layers: int | None = Field(default=None, ge=0)
+    """How many layers attend within ``sliding_window`` (local); the others attend to the whole context
+    (global). None: every layer (Mistral). Gemma 2 and gpt-oss alternate (half), Gemma 3 has five local
+    layers to one global; the cost model needs the count, not the order."""
     dropout: bool = False
     moe: MoESpec | None = None
     mla: MLASpec | None = None
@@ -90,7 +94,19 @@ class ModelSpec(Spec):
             raise ValueError("position 'learned' needs learned_positions (rows of the position table)")
         if self.moe and self.moe.first_dense_layers > self.num_layers:
             raise ValueError("moe.first_dense_layers exceeds num_layers")
+        if self.sliding_window_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_layers needs sliding_window")
+            if self.sliding_window_layers > self.num_layers:
+                raise ValueError("sliding_window_layers exceeds num_layers")
         return self
+
+    @property
+    def local_layers(self) -> int:
+        """Layers attending within the sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
 
     # ------------------------------------------------------------------ derived shapes
     @property

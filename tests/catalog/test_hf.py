@@ -94,3 +94,60 @@ def test_kimi_k2_reads_as_deepseek_v3():
     a = from_hf_config({**cfg, "model_type": "deepseek_v3"}, "a")
     b = from_hf_config({**cfg, "model_type": "kimi_k2"}, "b")
     assert count(a) == count(b) == count(v3)
+
+
+GPT_OSS = {
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "vocab_size": 201088,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "attention_bias": True,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+}
+GEMMA3 = {
+    "model_type": "gemma3",
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_hidden_layers": 62,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+    },
+}
+
+
+@pytest.mark.parametrize(("cfg", "name"), [(GPT_OSS, "gpt-oss-120b"), (GEMMA3, "gemma-3-27b")])
+def test_local_global_attention_configs_give_the_catalog_architecture(cfg, name):
+    got, want = from_hf_config(cfg, name), catalog.model(name)
+    assert count(got) == count(want)
+    assert got.local_layers == want.local_layers and got.sliding_window == want.sliding_window
+
+
+def test_gpt_oss_120b_counts_match_the_model_card():
+    m = catalog.model("gpt-oss-120b")
+    c = count(m)
+    assert c.total == pytest.approx(116.83e9, rel=0.0005)
+    assert c.active(m) - c.embedding == pytest.approx(5.13e9, rel=0.005)  # the card counts no input embedding
+    assert m.local_layers == 18
+
+
+def test_gemma3_local_layers_follow_the_pattern_when_the_config_lists_no_layer_types():
+    m = from_hf_config(GEMMA3, "g")
+    assert m.local_layers == 62 - 62 // 6 == 52
+    listed = {**GEMMA3["text_config"], "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+    assert from_hf_config({"model_type": "gemma3", "text_config": listed}, "g").local_layers == 5
