@@ -4,7 +4,8 @@ Keys are either
 
 * scenario fields as dotted paths, validated exactly like the file itself:
   ``system.num_devices=512``, ``plan.tp=4``, ``workload.serving.batch=32``,
-  ``system.inter_node_link=ethernet-100g``;
+  ``system.inter_node_link=ethernet-100g``; a list entry by its index:
+  ``plan.exchanges.1.steps_factor=1.5``;
 * quantities of the resolved hardware (:data:`aitrinity.spec.quantities.QUANTITIES`): ``inter_node_bandwidth``,
   ``intra_node_bandwidth``, ``host_bandwidth``, ``hbm_bandwidth`` (e.g.
   ``100Gbit/s``), ``hbm_capacity`` (``141GiB``), ``host_capacity``, ``price``
@@ -128,17 +129,31 @@ def apply_fields(data: dict[str, Any], overrides: Sequence[Override]) -> dict[st
     """A copy of the scenario data with dotted fields set (validated later, with the rest)."""
     out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
     for o in overrides:
-        node = out
+        node: Any = out
         *path, last = o.key.split(".")
         for part in path:
-            nxt = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, list):  # an entry of a list, by its index: plan.exchanges.1.steps_factor
+                node = _entry(node, part, o)
+                continue
+            nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
-            if not isinstance(nxt, dict):
+            if not isinstance(nxt, dict | list):
                 raise SpecError(o.key, o.value, f"a path into the scenario ({part} is not a section)")
             node = nxt
+        if isinstance(node, list):
+            raise SpecError(o.key, o.value, f"a field of one entry ({'.'.join(path)}.N.FIELD), not a whole entry")
         node[last] = _scalar(o.value)
     return out
+
+
+def _entry(items: list[Any], part: str, o: Override) -> dict[str, Any]:
+    if not part.isdigit() or int(part) >= len(items):
+        raise SpecError(o.key, o.value, f"an entry index 0-{len(items) - 1} ({len(items)} in the list)")
+    entry = items[int(part)]
+    if not isinstance(entry, dict):
+        raise SpecError(o.key, o.value, "an entry with fields")
+    return entry
 
 
 def apply_hardware(system: System, overrides: Sequence[Override]) -> System:

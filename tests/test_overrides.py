@@ -116,3 +116,21 @@ def test_a_zero_uplink_is_refused_on_edge_scenarios():
 
     with pytest.raises(SpecError, match="uplink"):
         api.diagnose("camera-analytics-edge", ["uplink=0Mbit/s"])
+
+
+def test_an_entry_of_a_list_is_set_by_its_index_and_a_bad_index_is_one_line():
+    from aitrinity import api
+    from aitrinity.errors import SpecError
+
+    path = "examples/training-exchanges.yaml"
+    d = api.diagnose(path, ["plan.exchanges.1.steps_factor=1.5"])
+    local = next(x for x in d.exchanges if x.kind == "local-sgd")
+    assert local.steps_factor == 1.5 and "1.5x assumed" in local.sentence
+    for bad, expected in (
+        ("plan.exchanges.7.steps_factor=2", "an entry index 0-2"),
+        ("plan.exchanges.x.steps_factor=2", "an entry index 0-2"),
+        ("plan.exchanges.1=2", "a field of one entry"),
+        ("plan.exchanges.1.steps_factor=0.5", ">= 1"),
+    ):
+        with pytest.raises(SpecError, match=expected):
+            api.diagnose(path, [bad])
