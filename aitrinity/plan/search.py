@@ -14,14 +14,23 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan.rows import frontier, quantize
-from aitrinity.plan.vector_training import COMPRESSION, REASONS, RECOMPUTE, RESOURCES, Priced, Rows, price_rows
+from aitrinity.plan.vector_training import (
+    COMPRESSION,
+    REASONS,
+    RECOMPUTE,
+    RESOURCES,
+    Priced,
+    Rows,
+    fixed_exchanges,
+    price_rows,
+)
 from aitrinity.spec.exchanges import ActivationOffload, GradientCompression, OptimizerOffload
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
@@ -88,8 +97,9 @@ class PlanChoice(Result):
         return f"{self.layout} {self.techniques}"
 
     def plan(self, base: Plan) -> Plan:
-        """The scenario plan with this choice applied (dtypes and the rest kept)."""
-        ex: list[GradientCompression | OptimizerOffload | ActivationOffload] = []
+        """The scenario plan with this choice applied (dtypes, the exchanges the search does not choose, such as
+        local SGD, and the rest kept)."""
+        ex: list[Any] = fixed_exchanges(base)
         if self.compression != "none":
             ex.append(GradientCompression(kind="gradient-compression", method=self.compression, rank=4))
         if self.optimizer_offload:

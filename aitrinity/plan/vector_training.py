@@ -16,6 +16,7 @@ computed once per layout in Python; everything else is numpy over the rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,7 +36,7 @@ from aitrinity.cost.train_operators import (
 )
 from aitrinity.cost.training import Layout, stage_layers, stage_params
 from aitrinity.plan.rows import combine, first_failed
-from aitrinity.spec.exchanges import GradientCompression
+from aitrinity.spec.exchanges import GradientCompression, LocalSGD
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
@@ -103,6 +104,7 @@ REASONS = (
     "offload needs host memory (and zero <= 2 for the optimizer)",
     "sequence parallel needs tp > 1",
     "layers not divisible by pp x virtual stages",
+    "local SGD needs zero <= 2",
 )
 RESOURCES = (
     "compute",
@@ -116,8 +118,19 @@ RESOURCES = (
 _CHANNELS = ("intra_node", "inter_node", "host", "host_dram")
 
 
+SEARCHED = ("gradient-compression", "optimizer-offload", "activation-offload")
+"""The exchanges the training search chooses; the scenario's others (local SGD) apply to every candidate."""
+
+
+def fixed_exchanges(base: Plan) -> list[Any]:
+    """The scenario's exchanges the search keeps as they are."""
+    return [x for x in base.exchanges if x.kind not in SEARCHED]
+
+
 def _plan_for(base: Plan, tp: int, pp: int, rec: str, sp: bool, comp: str) -> Plan:
-    ex = [GradientCompression(kind="gradient-compression", method=comp, rank=POWERSGD_RANK)] if comp != "none" else []
+    ex: list[Any] = fixed_exchanges(base)
+    if comp != "none":
+        ex.append(GradientCompression(kind="gradient-compression", method=comp, rank=POWERSGD_RANK))
     return base.model_copy(
         update={"tp": tp, "pp": pp, "recompute": rec, "sequence_parallel": sp, "exchanges": ex, "dp": None, "zero": 0}
     )
@@ -140,15 +153,18 @@ class _Layout:
     sync: dict[str, GradSync]
 
 
-_SYNC_CACHE: dict[tuple[str, str], dict[str, GradSync]] = {}
+_SYNC_CACHE: dict[tuple[str, str, int], dict[str, GradSync]] = {}
 
 
-def _syncs(m: ModelSpec, grads_dtype: str) -> dict[str, GradSync]:
-    """The compressors' effects depend on the architecture and the gradient dtype only: computed once."""
-    key = (m.model_dump_json(include=_ARCH), grads_dtype)
+def _syncs(m: ModelSpec, base: Plan) -> dict[str, GradSync]:
+    """The compressors' effects depend on the architecture, the gradient dtype and the scenario's local SGD
+    period only: computed once."""
+    period = int(getattr(next((x for x in base.exchanges if x.kind == "local-sgd"), None), "period", 1))
+    key = (m.model_dump_json(include=_ARCH), base.grads_dtype, period)
     if key not in _SYNC_CACHE:
-        base = Plan.model_validate({"grad_dtype": grads_dtype})
-        _SYNC_CACHE[key] = {c: grad_sync(m, _plan_for(base, 1, 1, "none", False, c)) for c in COMPRESSION}
+        local = [LocalSGD(kind="local-sgd", period=period)] if period > 1 else []
+        plan = Plan.model_validate({"grad_dtype": base.grads_dtype}).model_copy(update={"exchanges": local})
+        _SYNC_CACHE[key] = {c: grad_sync(m, _plan_for(plan, 1, 1, "none", False, c)) for c in COMPRESSION}
     return _SYNC_CACHE[key]
 
 
@@ -192,7 +208,7 @@ def _layout(m: ModelSpec, job: TrainingJob, base: Plan, system: System, tp: int,
         score = (dl + ml) / m.num_layers * score_flops_per_query(m, job.seq_len)
         if per_tok + score > best[0]:
             best = (per_tok + score, per_tok, score)
-    sync = _syncs(m, base.grads_dtype)
+    sync = _syncs(m, base)
     return _Layout(
         tp,
         pp,
@@ -294,7 +310,8 @@ def price_rows(
     recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
     if base.flash_attention:
         recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
-    overhead = params_peak * np.array([L.sync[c].flops_per_param for c in COMPRESSION])[comp]
+    period = float(L.sync["none"].period)  # the scenario's local SGD: synchronise every period steps
+    overhead = params_peak * np.array([L.sync[c].flops_per_param for c in COMPRESSION])[comp] / period
     hardware = 3.0 * fwd + recomp + overhead
 
     # --- HBM traffic
@@ -303,7 +320,7 @@ def price_rows(
     per_mb_acts = acts_peak / in_flight_peak
     hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
     hbm = hbm + np.where(off, 0.0, 2.0 * opt_peak + g_dev + w_dev)
-    hbm = hbm + params_peak * np.array([L.sync[c].hbm_bytes_per_element for c in COMPRESSION])[comp]
+    hbm = hbm + params_peak * np.array([L.sync[c].hbm_bytes_per_element for c in COMPRESSION])[comp] / period
 
     # --- link bytes and messages per channel
     dpn = system.devices_per_node
@@ -346,8 +363,8 @@ def price_rows(
         # ZeRO 0-2: one all-reduce (or a gather of every rank's message); ZeRO-3: per micro-batch RS + 2 AG
         if group > 1:
             ar, ag, z3 = has & ~z3 & ~gather, has & ~z3 & gather, has & z3
-            add("all-reduce", np.where(ar, payload, 0.0), group, np.where(ar, 1.0, 0.0), stride)
-            add("all-gather", np.where(ag, payload * group, 0.0), group, np.where(ag, 1.0, 0.0), stride)
+            add("all-reduce", np.where(ar, payload, 0.0), group, np.where(ar, 1.0 / period, 0.0), stride)
+            add("all-gather", np.where(ag, payload * group, 0.0), group, np.where(ag, 1.0 / period, 0.0), stride)
             add("reduce-scatter", np.where(z3, payload, 0.0), group, np.where(z3, mb, 0.0), stride)
             add("all-gather", np.where(z3, params * wb, 0.0), group, np.where(z3, 2.0 * mb, 0.0), stride)
     if m.moe and e > 1:
@@ -418,6 +435,7 @@ def price_rows(
         (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
         sp & (t == 1),
         (m.num_layers % (p * rows.virtual_stages)) != 0,
+        (zero >= 3) & (period > 1),
     ]
     reason = first_failed(checks, n)
     nodes = system.num_devices

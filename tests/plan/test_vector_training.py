@@ -12,6 +12,7 @@ from aitrinity.cost.kernels import roofline
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE, Rows, _plan_for, price_rows
+from aitrinity.spec.exchanges import LocalSGD
 from aitrinity.spec.hardware import Efficiency
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
@@ -32,6 +33,16 @@ CASES = [
     ),
     ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
     ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
+    (  # the scenario's local SGD applies to every candidate (synchronise every 4 steps; no ZeRO-3)
+        "llama-3.1-8b",
+        32,
+        8,
+        2,
+        1,
+        TrainingJob(seq_len=2048, global_batch=64),
+        Plan(exchanges=[LocalSGD(kind="local-sgd", period=4)]),
+        {"host_memory": "host-dram", "inter_node_link": "ethernet-25g"},
+    ),
     (
         "llama-3.1-8b",
         8,
