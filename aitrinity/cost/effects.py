@@ -28,7 +28,9 @@ gradient dtype (as PyTorch's ``powerSGD_hook`` keeps its ``error_dict``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aitrinity.cost.params import weight_matrices
 from aitrinity.spec.exchanges import ExchangeSpec, GradientCompression
@@ -65,7 +67,28 @@ def find(plan: Plan, kind: str) -> ExchangeSpec | None:
     return None
 
 
+SyncEffect = Callable[[Any, GradSync], GradSync]
+"""What one ``plan.exchanges`` entry does to the data-parallel gradient synchronisation: (entry, sync so far)
+-> the sync after it."""
+
+EXTRA_SYNC_EFFECTS: dict[str, SyncEffect] = {}
+"""The sync effects of training exchanges registered besides the built-in ones, by kind
+(:func:`aitrinity.plan.registry.register` fills it). The scalar ledger and the planner's vectorized rows both
+read the synchronisation through :func:`grad_sync`, so an effect given here is written once for both."""
+
+
 def grad_sync(m: ModelSpec, plan: Plan) -> GradSync:
+    """How the plan's gradients are synchronised: the built-in compressors and local SGD, then registered
+    techniques in the plan's order."""
+    sync = _builtin_grad_sync(m, plan)
+    for x in plan.exchanges:
+        extra = EXTRA_SYNC_EFFECTS.get(x.kind)
+        if extra is not None:
+            sync = extra(x, sync)
+    return sync
+
+
+def _builtin_grad_sync(m: ModelSpec, plan: Plan) -> GradSync:
     g = BYTES_PER_DTYPE[plan.grads_dtype]
     local = find(plan, "local-sgd")
     period = getattr(local, "period", 1)

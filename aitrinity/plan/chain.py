@@ -235,6 +235,7 @@ def baseline_plan(base: Plan) -> Plan:
 def _training_values(plan: Plan) -> dict[str, Any]:
     kinds = {x.kind: x for x in plan.exchanges}
     return {
+        **_extra_values(plan, "training"),
         "zero": plan.zero,
         "tp": plan.tp,
         "pp": plan.pp,
@@ -268,6 +269,7 @@ def _training_plan(base: Plan, v: dict[str, Any]) -> Plan:
         usd_per_million_tokens=None,
         joules_per_token=0,
         binding="",
+        added=[e.model_dump(mode="json") for e in _extra_entries(v, "training")],
     ).plan(base)
 
 
@@ -281,6 +283,7 @@ def training_chain(
     kernels: Kernels | None = None,
 ) -> Chain:
     """Greedy chain from ``start`` (default: the naive plan) to ``target``, priced as the planner prices."""
+    kind = _with_extras(_TRAINING, "training")
 
     def run(values: dict[str, Any]) -> _State | None:
         try:
@@ -289,7 +292,7 @@ def training_chain(
             d = diagnose(price_training_ledger(led, m, plan, system, kernels))
         except SpecError:
             return None
-        return _state(values, d, _TRAINING, plan)
+        return _state(values, d, kind, plan)
 
     goal = _training_values(target.plan(base))
     state = (
@@ -299,7 +302,7 @@ def training_chain(
     )
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system (global batch divisible by dp)")
-    return _greedy(_TRAINING, state, goal, run, _describe_start(state, start))
+    return _greedy(kind, state, goal, run, _describe_start(state, start))
 
 
 def _naive(
@@ -359,9 +362,9 @@ def _label(entry: Any) -> str:
     return f"{entry.kind}({params})" if params else entry.kind
 
 
-def _with_extras(kind: _Kind) -> _Kind:
-    """The serving moves plus one per registered technique the planner tries (``registry.searched_extras``)."""
-    extras = registry.searched_extras("serving")
+def _with_extras(kind: _Kind, workload: registry.Workload) -> _Kind:
+    """The moves plus one per registered technique the planner tries (``registry.searched_extras``)."""
+    extras = registry.searched_extras(workload)
     if not extras:
         return kind
     return replace(
@@ -372,11 +375,22 @@ def _with_extras(kind: _Kind) -> _Kind:
     )
 
 
+def _extra_values(plan: Plan, workload: registry.Workload) -> dict[str, str]:
+    """Each registered technique the planner tries: the plan's entry of it (labelled), or "none"."""
+    kinds = {x.kind: x for x in plan.exchanges}
+    return {x.kind: _label(kinds[x.kind]) if x.kind in kinds else "none" for x in registry.searched_extras(workload)}
+
+
+def _extra_entries(values: dict[str, Any], workload: registry.Workload) -> list[Any]:
+    """The registered techniques' entries a chain state holds."""
+    by_label = {_label(e): e for x in registry.searched_extras(workload) for e in x.options}
+    return [by_label[values[x.kind]] for x in registry.searched_extras(workload) if values[x.kind] != "none"]
+
+
 def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
     kinds = {x.kind: x for x in plan.exchanges}
-    extras = {x.kind: _label(kinds[x.kind]) if x.kind in kinds else "none" for x in registry.searched_extras("serving")}
     return {
-        **extras,
+        **_extra_values(plan, "serving"),
         "tp": plan.tp,
         "pp": plan.pp,
         "batch": batch,
@@ -400,13 +414,11 @@ def serving_chain(
     priced as the planner prices."""
 
     chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
-    kind = _with_extras(_SERVING)
-    extras_kinds = {x.kind for x in registry.searched_extras("serving")}
-    extras = {_label(e): e for x in registry.searched_extras("serving") for e in x.options}
+    kind = _with_extras(_SERVING, "serving")
 
     def run(values: dict[str, Any]) -> _State | None:
         kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
-        kept += [extras[v] for f, v in values.items() if f in extras_kinds and v != "none"]
+        kept += _extra_entries(values, "serving")
         plan = row_plan(
             base.model_copy(update={"exchanges": kept}),
             values["tp"],

@@ -15,16 +15,20 @@ Effects on the ledger: the built-in techniques' are written in the ledger builde
 serving technique registered from outside gives its effect as a :data:`~aitrinity.cost.serving.ServingEffect`
 on the serving effects every pricing path reads (:func:`aitrinity.cost.serving.effects`), and the entries the
 planner should try as ``options``: it is then priced by ``diagnose`` and the planner alike, searched,
-explained in the chain and reported (``tests/plan/test_registry.py`` registers a toy one). Training has no
-such hook yet.
+explained in the chain and reported (``tests/plan/test_registry.py`` registers a toy one). A training
+technique registered from outside gives its effect on the data-parallel gradient synchronisation
+(:data:`~aitrinity.cost.effects.SyncEffect`, read through :func:`aitrinity.cost.effects.grad_sync` by the
+scalar ledger and the vectorized rows alike), with the same four consequences.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aitrinity.cost.effects import EXTRA_SYNC_EFFECTS, SyncEffect
 from aitrinity.cost.serving import EXTRA_EFFECTS, ServingEffect
 from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.spec._base import Spec
@@ -91,8 +95,11 @@ class Exchange:
     """Whether the planner searches its parameters (otherwise a scenario that lists it keeps it as given)."""
     serving_effect: ServingEffect | None = None
     """A registered (not built-in) serving technique's effect (:data:`aitrinity.cost.serving.ServingEffect`)."""
+    sync_effect: SyncEffect | None = None
+    """A registered (not built-in) training technique's effect on the gradient synchronisation
+    (:data:`aitrinity.cost.effects.SyncEffect`)."""
     options: tuple[Any, ...] = ()
-    """Entries of a registered serving technique the planner tries, each against leaving it out."""
+    """Entries of a registered technique the planner tries, each against leaving it out."""
     used: Callable[[Plan], bool] | None = None
     """Whether a plan uses it, for the plan fields (``tp > 1``, ``zero > 0``, ...); None: an entry of its kind
     is in ``plan.exchanges``."""
@@ -123,12 +130,15 @@ def register(x: Exchange, *, replace: bool = False) -> Exchange:
     _load()
     if x.kind in _REGISTRY and not replace:
         raise ValueError(f"an exchange of kind {x.kind!r} is already registered")
-    if (x.serving_effect is not None or x.options) and x.spec is None:
+    if (x.serving_effect is not None or x.sync_effect is not None or x.options) and x.spec is None:
         raise ValueError(f"{x.kind}: a technique with an effect or options needs its entry's spec class")
     _REGISTRY[x.kind] = x
     EXTRA_EFFECTS.pop(x.kind, None)
+    EXTRA_SYNC_EFFECTS.pop(x.kind, None)
     if x.serving_effect is not None:
         EXTRA_EFFECTS[x.kind] = x.serving_effect
+    if x.sync_effect is not None:
+        EXTRA_SYNC_EFFECTS[x.kind] = x.sync_effect
     return x
 
 
@@ -136,11 +146,30 @@ def unregister(kind: str) -> None:
     _load()
     _REGISTRY.pop(kind, None)
     EXTRA_EFFECTS.pop(kind, None)
+    EXTRA_SYNC_EFFECTS.pop(kind, None)
 
 
 def searched_extras(workload: Workload) -> list[Exchange]:
     """Registered techniques with planner options (the built-in ones are searched by the planner's own grid)."""
     return [x for x in registered(workload) if x.options]
+
+
+def option_combinations(workload: Workload) -> list[list[Any]]:
+    """Every combination of the registered techniques' options, each also left out; [[]] when there are none."""
+    extras = searched_extras(workload)
+    return [[e for e in c if e is not None] for c in itertools.product(*[(None, *x.options) for x in extras])]
+
+
+def entry(data: dict[str, Any]) -> Any:
+    """A registered technique's ``plan.exchanges`` entry from its JSON (as a search result records it)."""
+    spec = get(data["kind"]).spec
+    assert spec is not None
+    return spec.model_validate(data)
+
+
+def with_added(base: Plan, entries: list[Any]) -> Plan:
+    """The plan with registered techniques' entries appended (they are not in the validated union of built-ins)."""
+    return base.model_copy(update={"exchanges": [*base.exchanges, *entries]}) if entries else base
 
 
 def get(kind: str) -> Exchange:

@@ -20,6 +20,7 @@ import numpy as np
 
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
+from aitrinity.plan import registry
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import (
     COMPRESSION,
@@ -74,6 +75,8 @@ class PlanChoice(Result):
     usd_per_million_tokens: float | None
     joules_per_token: float
     binding: str
+    added: list[dict[str, Any]] = []
+    """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
 
     @property
     def layout(self) -> str:
@@ -90,6 +93,7 @@ class PlanChoice(Result):
             extras.append("opt-offload")
         if self.activation_offload:
             extras.append(f"act-offload {self.activation_offload:g}")
+        extras += [e["kind"] for e in self.added]
         return " ".join(extras)
 
     @property
@@ -106,6 +110,7 @@ class PlanChoice(Result):
             ex.append(OptimizerOffload(kind="optimizer-offload"))
         if self.activation_offload:
             ex.append(ActivationOffload(kind="activation-offload", fraction=self.activation_offload))
+        ex += [registry.entry(e) for e in self.added]
         return base.model_copy(
             update={
                 "tp": self.tp,
@@ -180,6 +185,9 @@ class _Table:
     pp: np.ndarray
     rows: Rows
     priced: Priced
+    added: np.ndarray
+    """Index into ``combos``: the registered techniques' options the row adds."""
+    combos: list[list[Any]]
 
 
 def evaluate(
@@ -195,11 +203,14 @@ def evaluate(
 
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
     rows = _rows(system.host_memory is not None, space)
-    tps, pps, parts = [], [], []
+    tps, pps, parts, added = [], [], [], []
+    combos = registry.option_combinations("training")
     for tp, pp in layouts(m, system, base.ep):
-        parts.append(price_rows(m, job, base, system, tp, pp, rows, kernels))
-        tps.append(np.full(len(rows), tp))
-        pps.append(np.full(len(rows), pp))
+        for c, entries in enumerate(combos):
+            parts.append(price_rows(m, job, registry.with_added(base, entries), system, tp, pp, rows, kernels))
+            tps.append(np.full(len(rows), tp))
+            pps.append(np.full(len(rows), pp))
+            added.append(np.full(len(rows), c))
     if not parts:
         from aitrinity.errors import SpecError
 
@@ -209,16 +220,21 @@ def evaluate(
     reps = len(parts)
     tiled = Rows(*(np.tile(getattr(rows, f), reps) for f in Rows.__dataclass_fields__))
     priced = Priced(*(np.concatenate([getattr(p, f) for p in parts]) for f in Priced.__dataclass_fields__))
-    return _Table(np.concatenate(tps), np.concatenate(pps), tiled, priced)
+    return _Table(np.concatenate(tps), np.concatenate(pps), tiled, priced, np.concatenate(added), combos)
 
 
 def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
+    """Per unit of useful work: a registered technique's statistical cost (more steps for the same loss)
+    multiplies it, as the break-even rule counts it."""
     tokens = job.global_batch * job.seq_len
+    steps = np.array([registry.quality_of(entries).steps_factor for entries in t.combos])[t.added]
     if objective == "time":
-        return t.priced.step_time_s
-    if objective == "cost":
-        return t.priced.usd_per_step / tokens
-    return t.priced.joules_per_step / tokens
+        out: np.ndarray = t.priced.step_time_s * steps
+    elif objective == "cost":
+        out = t.priced.usd_per_step / tokens * steps
+    else:
+        out = t.priced.joules_per_step / tokens * steps
+    return out
 
 
 def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
@@ -242,6 +258,7 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
         tokens_per_s=tokens / step,
         hbm_bytes=float(p.hbm_bytes[i]),
         link_bytes=float(p.link_bytes[i]),
+        added=[e.model_dump(mode="json") for e in t.combos[int(t.added[i])]],
         usd_per_million_tokens=None if np.isnan(usd) else usd / tokens * 1e6,
         joules_per_token=float(p.joules_per_step[i]) / tokens,
         binding=RESOURCES[int(p.binding[i])],
@@ -284,7 +301,8 @@ def search_training(
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)
-    order = rank(score, t.priced.hbm_bytes, complexity(t.rows), idx)
+    simple = complexity(t.rows) + np.array([len(entries) for entries in t.combos])[t.added]
+    order = rank(score, t.priced.hbm_bytes, simple, idx)
     money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
     front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money]) if pareto else []
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))

@@ -102,19 +102,8 @@ class ServingChoice(Result):
     def plan(self, base: Plan) -> Plan:
         if self.prefix_capacity_bytes is not None:
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
-        base = with_added(base, [_entry(e) for e in self.added])
+        base = registry.with_added(base, [registry.entry(e) for e in self.added])
         return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
-
-
-def _entry(d: dict[str, Any]) -> Any:
-    spec = registry.get(d["kind"]).spec
-    assert spec is not None
-    return spec.model_validate(d)
-
-
-def with_added(base: Plan, entries: list[Any]) -> Plan:
-    """The plan with registered techniques' entries appended (they are not in the validated union of built-ins)."""
-    return base.model_copy(update={"exchanges": [*base.exchanges, *entries]}) if entries else base
 
 
 def with_prefix(base: Plan, hit_rate: float, capacity: float) -> Plan:
@@ -171,12 +160,6 @@ class ServingSearchResult(Result):
     """The accuracy budget the search kept to (``workload.serving.max_accuracy_drop``)."""
 
 
-def _added_options() -> list[list[Any]]:
-    """Every combination of the registered techniques' options (each also left out); [[]] when there are none."""
-    extras = registry.searched_extras("serving")
-    return [[e for e in c if e is not None] for c in itertools.product(*[(None, *x.options) for x in extras])]
-
-
 def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
     """Per row: the accuracy its quantization dtypes lose, plus what the scenario's own lossy exchanges do."""
     fixed = registry.quality_of(x for x in base.exchanges if x.kind not in SEARCHED).accuracy_drop
@@ -228,7 +211,7 @@ def search_serving(
         raise SpecError(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
-    combos = _added_options()
+    combos = registry.option_combinations("serving")
     t = _evaluate(m, job, base, system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, kernels, combos)
     priced = t.priced
     score = {
@@ -294,7 +277,7 @@ def _evaluate(
     for tp, pp in layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
             for c, entries in enumerate(combos):
-                p = with_added(plan, entries)
+                p = registry.with_added(plan, entries)
                 deferred.append(price_rows_deferred(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
                 added.append(np.full(len(rows), c))
                 tps.append(np.full(len(rows), tp))

@@ -36,7 +36,7 @@ from aitrinity.cost.train_operators import (
 )
 from aitrinity.cost.training import Layout, stage_layers, stage_params
 from aitrinity.plan.rows import combine, first_failed
-from aitrinity.spec.exchanges import GradientCompression, LocalSGD
+from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
@@ -153,17 +153,16 @@ class _Layout:
     sync: dict[str, GradSync]
 
 
-_SYNC_CACHE: dict[tuple[str, str, int], dict[str, GradSync]] = {}
+_SYNC_CACHE: dict[tuple[str, str, str], dict[str, GradSync]] = {}
 
 
 def _syncs(m: ModelSpec, base: Plan) -> dict[str, GradSync]:
-    """The compressors' effects depend on the architecture, the gradient dtype and the scenario's local SGD
-    period only: computed once."""
-    period = int(getattr(next((x for x in base.exchanges if x.kind == "local-sgd"), None), "period", 1))
-    key = (m.model_dump_json(include=_ARCH), base.grads_dtype, period)
+    """The compressors' effects depend on the architecture, the gradient dtype and the scenario's other
+    exchanges (local SGD, registered techniques) only: computed once."""
+    fixed = fixed_exchanges(base)
+    key = (m.model_dump_json(include=_ARCH), base.grads_dtype, "|".join(x.model_dump_json() for x in fixed))
     if key not in _SYNC_CACHE:
-        local = [LocalSGD(kind="local-sgd", period=period)] if period > 1 else []
-        plan = Plan.model_validate({"grad_dtype": base.grads_dtype}).model_copy(update={"exchanges": local})
+        plan = Plan.model_validate({"grad_dtype": base.grads_dtype}).model_copy(update={"exchanges": fixed})
         _SYNC_CACHE[key] = {c: grad_sync(m, _plan_for(plan, 1, 1, "none", False, c)) for c in COMPRESSION}
     return _SYNC_CACHE[key]
 

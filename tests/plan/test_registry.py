@@ -230,3 +230,108 @@ def test_what_a_plan_uses_is_read_from_the_registry():
     ]
     serving = Plan(tp=1, exchanges=[ex.KVQuantization(kind="kv-quantization", dtype="fp8")])
     assert registry.used_by(serving, "serving") == ["kv-quantization"]
+
+
+class ToySparsifier(Spec):
+    """A toy gradient sparsifier: sends ``keep`` of the gradient bytes, needing ``steps`` times the steps."""
+
+    kind: Literal["toy-sparsifier"] = "toy-sparsifier"
+    keep: float = Field(gt=0, le=1)
+    steps: float = Field(default=1.0, ge=1.0)
+
+
+def _toy_sync(x: ToySparsifier, sync):
+    return dataclasses.replace(sync, bytes_per_element=sync.bytes_per_element * x.keep)
+
+
+TOY_TRAINING = Exchange(
+    ExchangeInfo(
+        "toy-sparsifier",
+        "toy gradient sparsifier",
+        "compute->bandwidth",
+        "statistical efficiency",
+        "data-parallel link bytes",
+        "dp_link",
+        "below",
+        "faster",
+        "this test",
+    ),
+    ("training",),
+    ToySparsifier,
+    quality=lambda e: Quality(steps_factor=e.steps, source="this test"),
+    searched=True,
+    sync_effect=_toy_sync,
+    options=(ToySparsifier(keep=0.1, steps=1.05),),
+)
+
+TRAIN = {
+    "name": "toy-train",
+    "system": {"device": "h100-sxm", "num_devices": 64, "inter_node_link": "ethernet-25g"},
+    "workload": {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 256}},
+    "plan": {"zero": 1},
+}
+
+
+def test_a_training_technique_registered_from_a_test_is_priced_searched_explained_and_reported():
+    from aitrinity.cli import render
+    from aitrinity.cost.estimate import price_training_ledger
+    from aitrinity.cost.training import training_ledger
+    from aitrinity.plan.chain import training_chain
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.search import Space, search_training
+
+    SMALL_SPACE = Space(micro_batches=(1, 2), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,))
+
+    r = api.resolve(validate(Scenario, TRAIN))
+    m, job, base, system = r.model, r.scenario.workload.training, r.scenario.plan, r.system
+    plain_res = search_training(m, job, base, system, space=SMALL_SPACE)
+    registry.register(TOY_TRAINING)
+    try:
+        # priced: the scalar ledger sends a tenth of the gradient bytes
+        with_toy = base.model_copy(update={"exchanges": [ToySparsifier(keep=0.1)]})
+
+        def dp_bytes(p):
+            led = training_ledger("t", m, job, p, system)
+            return sum(t.bytes_per_device for t in led.phases[0].traffic if "DP gradient" in t.purpose)
+
+        assert dp_bytes(with_toy) == pytest.approx(dp_bytes(base) * 0.1)
+        # searched: every candidate with and without it; its rows re-price to the same step time
+        res = search_training(m, job, base, system, space=SMALL_SPACE)
+        assert res.evaluated == 2 * plain_res.evaluated
+        toyed = [c for c in res.pareto if c.added]
+        assert toyed, "a tenth of the gradient bytes is on the frontier (bytes moved)"
+        for c in toyed:
+            assert c.added == [{"kind": "toy-sparsifier", "keep": 0.1, "steps": 1.05}]
+            plan = c.plan(base)
+            est = price_training_ledger(training_ledger("t", m, job, plan, system), m, plan, system)
+            assert est.training.step_time_s == pytest.approx(c.step_time_s, rel=1e-9)
+        # explained and reported
+        chain = training_chain(m, job, base, system, toyed[0])
+        step = next(s for s in chain.steps if s.exchange == "toy-sparsifier")
+        assert (
+            step.pathway == "compute->bandwidth" and "toy gradient sparsifier none -> toy-sparsifier" in step.sentence
+        )
+        rep = PlanReport(scenario="toy", kind="training", search=res, chain=chain, min_devices=None)
+        assert "toy-sparsifier" in render.plan(rep)
+    finally:
+        registry.unregister(TOY_TRAINING.kind)
+
+
+def test_a_statistical_cost_is_paid_in_the_ranking():
+    """The ranking is by time to the same loss: the sparsifier fills most of the top 50 when it costs no extra
+    steps, and none of it when it needs five times the steps."""
+    from aitrinity.plan.search import Space, search_training
+
+    space = Space(micro_batches=(1, 2), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,))
+    r = api.resolve(validate(Scenario, TRAIN))
+    in_top = {}
+    for steps in (1.0, 5.0):
+        toy = dataclasses.replace(TOY_TRAINING, options=(ToySparsifier(keep=0.1, steps=steps),))
+        registry.register(toy)
+        try:
+            w = r.scenario.workload.training
+            res = search_training(r.model, w, r.scenario.plan, r.system, top=50, space=space)
+            in_top[steps] = sum(1 for c in res.top if c.added)
+        finally:
+            registry.unregister(toy.kind)
+    assert in_top[1.0] > 25 and in_top[5.0] == 0
