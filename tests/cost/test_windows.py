@@ -52,19 +52,9 @@ def test_the_operator_model_times_local_layers_within_the_window():
 
 
 def test_the_simulator_fast_forwards_a_mixed_window_model_exactly():
-    m = ModelSpec(
-        name="tiny-local-global",
-        source="test",
-        num_layers=2,
-        hidden_size=256,
-        num_attention_heads=4,
-        num_kv_heads=2,
-        intermediate_size=512,
-        vocab_size=1000,
-        max_seq_len=8192,
-        sliding_window=32,
-        sliding_window_layers=1,
-    )
+    from tests.sim.test_serving import M  # a tiny two-layer model
+
+    m = M.model_copy(update={"sliding_window": 32, "sliding_window_layers": 1})  # one local layer, one global
     reqs = [TraceRequest(t * 20.0, 100 + 37 * t % 300, 40 + 13 * t % 90, ()) for t in range(60)]
     cfg = for_device(catalog.device("h100-sxm"), 2, token_budget=256, max_batch=16)
     fast, slow = simulate_serving(reqs, m, cfg), simulate_serving(reqs, m, replace(cfg, fast_forward=False))
