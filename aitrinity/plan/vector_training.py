@@ -265,35 +265,29 @@ def price_rows(
     pl_dense, pl_moe = per_layer(L.act_dense) * b, per_layer(L.act_moe) * b
     sp_div = np.where(sp, float(t), 1.0)
     exp_shard = max(d // e, 1)
-    stage_total, stage_states, stage_acts, stage_opt, stage_w, stage_g = [], [], [], [], [], []
-    for st in range(p):
-        dl, ml = L.layers[st]
-        rep, ex = L.rep[st], L.expert[st]
-        w = rep * wb / np.where(zero >= 3, d, 1) + ex * wb / np.where(zero >= 3, exp_shard, 1)
-        g = rep * gb / np.where(zero >= 2, d, 1) + ex * gb / np.where(zero >= 2, exp_shard, 1)
-        o = rep * k_opt / np.where(zero >= 1, d, 1) + ex * k_opt / np.where(zero >= 1, exp_shard, 1)
-        in_flight = np.minimum(p - st, mb)
-        acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
-        acts = acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
-        if st == 0 and m.dropout:
-            acts = acts + s * b * h * in_flight / sp_div
-        if st == p - 1:
-            acts = acts + 4.0 * s * b * (h + m.vocab_size) / t
-        stage_states.append(w + g + o)
-        stage_acts.append(acts)
-        stage_total.append(w + g + o + acts)
-        stage_opt.append(o)
-        stage_w.append(w)
-        stage_g.append(g)
-    totals = np.stack(stage_total)
+    # every stage at once: arrays of (stages, rows)
+    st = np.arange(p)[:, None]
+    dl = np.array([x for x, _ in L.layers], dtype=np.float64)[:, None]
+    ml = np.array([y for _, y in L.layers], dtype=np.float64)[:, None]
+    rep_s, ex_s = np.array(L.rep)[:, None], np.array(L.expert)[:, None]
+    stage_w = rep_s * wb / np.where(zero >= 3, d, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
+    stage_g = rep_s * gb / np.where(zero >= 2, d, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
+    stage_o = rep_s * k_opt / np.where(zero >= 1, d, 1) + ex_s * k_opt / np.where(zero >= 1, exp_shard, 1)
+    in_flight = np.minimum(p - st, mb)
+    stage_acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
+    stage_acts = stage_acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
+    if m.dropout:
+        stage_acts[0] = stage_acts[0] + s * b * h * in_flight[0] / sp_div
+    stage_acts[p - 1] = stage_acts[p - 1] + 4.0 * s * b * (h + m.vocab_size) / t
+    totals = stage_w + stage_g + stage_o + stage_acts
     peak = np.argmax(totals, axis=0)  # first maximum, as the scalar loop keeps the first
     pick = np.arange(n)
 
-    def at_peak(values: list[F]) -> F:
-        out: F = np.stack(values)[peak, pick]
+    def at_peak(values: F) -> F:
+        out: F = values[peak, pick]
         return out
 
-    acts_peak, opt_peak = at_peak(stage_acts), at_peak(stage_opt)
+    acts_peak, opt_peak = at_peak(stage_acts), at_peak(stage_o)
     rep_peak = np.array(L.rep)[peak]
     exp_peak = np.array(L.expert)[peak]
     params_peak = rep_peak + exp_peak
