@@ -22,7 +22,7 @@ from aitrinity.errors import UnknownNameError
 from aitrinity.spec._base import validate
 from aitrinity.spec.edge import EdgeScenario
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Scenario, System
+from aitrinity.spec.scenario import Plan, Scenario, System
 
 if TYPE_CHECKING:
     from aitrinity.plan.report import PlanReport
@@ -221,40 +221,68 @@ def plan(
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for an edge workload")
         return edge.plan(loaded, base, overrides, objective, top)
-    from aitrinity import units
     from aitrinity.errors import SpecError
-    from aitrinity.plan.chain import serving_chain, training_chain
-    from aitrinity.plan.report import PlanReport
-    from aitrinity.plan.search import OBJECTIVES, search_training
-    from aitrinity.plan.search_serving import SERVING_OBJECTIVES, search_serving
 
     if start not in ("naive", "scenario"):
         raise SpecError("--from", start, "naive or scenario")
     r = resolve(loaded, base, overrides)
     own = r.scenario.plan if start == "scenario" else None
-    w = r.scenario.workload
-    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
-    if w.training is not None:
-        objective = objective or "time"
-        if objective not in OBJECTIVES:
-            raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
+    if r.scenario.workload.training is not None:
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
-        result = search_training(
-            r.model, w.training, r.scenario.plan, r.system, objective, top, pareto=pareto, kernels=kernels
-        )
-        chain = (
-            training_chain(r.model, w.training, r.scenario.plan, r.system, result.best, own, kernels)
-            if result.best
-            else None
-        )
-        need = None
-        if result.best is None:
-            from aitrinity.cost import capacity
+        return _plan_training(r, objective, top, own, pareto)
+    trace_base = (
+        Path(scenario).resolve().parent
+        if isinstance(scenario, str | Path) and catalog.loader.is_file(scenario)
+        else None
+    )
+    return _plan_serving(r, objective, top, own, pareto, ttft_slo, tpot_slo, trace_base)
 
-            need = capacity.min_devices_training(r.model, w.training, r.scenario.plan, r.system)
-        return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain, min_devices=need)
-    assert w.serving is not None
+
+def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | None, pareto: bool) -> PlanReport:
+    """The training search, the chain to its best plan, or the devices the scenario's own plan needs."""
+    from aitrinity.errors import SpecError
+    from aitrinity.plan.chain import training_chain
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.search import OBJECTIVES, search_training
+
+    w = r.scenario.workload.training
+    assert w is not None
+    objective = objective or "time"
+    if objective not in OBJECTIVES:
+        raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
+    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
+    plan = r.scenario.plan
+    result = search_training(r.model, w, plan, r.system, objective, top, pareto=pareto, kernels=kernels)
+    chain = training_chain(r.model, w, plan, r.system, result.best, own, kernels) if result.best else None
+    need = None
+    if result.best is None:
+        from aitrinity.cost import capacity
+
+        need = capacity.min_devices_training(r.model, w, plan, r.system)
+    return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain, min_devices=need)
+
+
+def _plan_serving(
+    r: Resolved,
+    objective: str | None,
+    top: int,
+    own: Plan | None,
+    pareto: bool,
+    ttft_slo: str | None,
+    tpot_slo: str | None,
+    trace_base: Path | None,
+) -> PlanReport:
+    """The serving search (a trace-based prefix cache's capacity searched too), the chain to its best plan, or
+    the devices the scenario's own plan needs. ``trace_base``: the folder a relative trace path is in."""
+    from aitrinity import units
+    from aitrinity.errors import SpecError
+    from aitrinity.plan.chain import serving_chain
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.search_serving import SERVING_OBJECTIVES, search_serving
+
+    w = r.scenario.workload.serving
+    assert w is not None
     objective = objective or "throughput"
     if objective not in SERVING_OBJECTIVES:
         raise SpecError("--objective", objective, f"one of {', '.join(SERVING_OBJECTIVES)} for serving")
@@ -266,18 +294,16 @@ def plan(
         from functools import partial
 
         trace = Path(getattr(traced[0], "trace", ""))
-        if isinstance(scenario, str | Path) and catalog.loader.is_file(scenario) and not trace.is_absolute():
-            trace = Path(scenario).resolve().parent / trace
+        if trace_base is not None and not trace.is_absolute():
+            trace = trace_base / trace
         hit_rate = partial(replayed_hit_rate, trace)
-    sres = search_serving(
-        r.model, w.serving, r.scenario.plan, r.system, objective, top, ttft, tpot, hit_rate, pareto, kernels
-    )
-    schain = (
-        serving_chain(r.model, w.serving, r.scenario.plan, r.system, sres.best, own, kernels) if sres.best else None
-    )
+    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
+    plan = r.scenario.plan
+    sres = search_serving(r.model, w, plan, r.system, objective, top, ttft, tpot, hit_rate, pareto, kernels)
+    schain = serving_chain(r.model, w, plan, r.system, sres.best, own, kernels) if sres.best else None
     need = None
     if sres.best is None:
         from aitrinity.cost import capacity
 
-        need = capacity.min_devices_serving(r.model, w.serving, r.scenario.plan, r.system)
+        need = capacity.min_devices_serving(r.model, w, plan, r.system)
     return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain, min_devices=need)
