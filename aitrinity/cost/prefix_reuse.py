@@ -167,6 +167,7 @@ def _one_lru_tier(
     flops = [0.0] if block_flops is None else []
     hits = prompt = evictions = peak = 0
     total = saved = 0.0
+    prompt_flops: dict[int, float] = {}  # a prompt's prefill FLOPs by its length, computed once
     for r in requests:
         blocks = r.hash_ids[: r.input_length // block_tokens]
         n = 0
@@ -181,7 +182,10 @@ def _one_lru_tier(
         hits += n * block_tokens
         prompt += r.input_length
         if request_flops is not None:
-            total += request_flops(r.input_length)
+            f = prompt_flops.get(r.input_length)
+            if f is None:
+                f = prompt_flops[r.input_length] = request_flops(r.input_length)
+            total += f
         if cap == 0:
             continue
         for b in blocks:

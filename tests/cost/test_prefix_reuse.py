@@ -50,6 +50,8 @@ def test_mooncake_conversation_trace_hit_rates():
         ('{"timestamp": 0}', "missing"),
         ("nope", "not a JSON object"),
         ('{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}', "whole numbers"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1, true]}', "whole numbers"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1, 2.0]}', "whole numbers"),
     ],
 )
 def test_bad_trace_lines_name_the_line(tmp_path, line, needle):
