@@ -97,22 +97,22 @@ def causal_score_flops(m: ModelSpec, start: int, new: int) -> float:
     """
     local = m.local_layers
     if 0 < local < m.num_layers:
-        windowed = m.model_copy(update={"sliding_window_layers": None})
-        full = m.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
-        return (
-            local * causal_score_flops(windowed, start, new)
-            + (m.num_layers - local) * causal_score_flops(full, start, new)
-        ) / m.num_layers
-    lo, hi = start + 1, start + new  # contexts
-    w = m.sliding_window
-    if w is None or hi <= w:
-        total_ctx = (lo + hi) * new / 2.0
-    elif lo >= w:
-        total_ctx = float(w) * new
-    else:
-        below = w - lo + 1  # contexts lo..w
-        total_ctx = (lo + w) * below / 2.0 + float(w) * (new - below)
+        per_layer = 2.0 * m.num_attention_heads * (m.dim_head + m.v_head_dim)
+        windowed, full = _causal_contexts(start, new, m.sliding_window), _causal_contexts(start, new, None)
+        return per_layer * (local * windowed + (m.num_layers - local) * full)
+    total_ctx = _causal_contexts(start, new, m.sliding_window)
     return 2.0 * m.num_layers * m.num_attention_heads * total_ctx * (m.dim_head + m.v_head_dim)
+
+
+def _causal_contexts(start: int, new: int, w: int | None) -> float:
+    """Keys attended to, summed over positions ``start .. start+new-1``, each over min(i+1, w)."""
+    lo, hi = start + 1, start + new  # contexts
+    if w is None or hi <= w:
+        return (lo + hi) * new / 2.0
+    if lo >= w:
+        return float(w) * new
+    below = w - lo + 1  # contexts lo..w
+    return (lo + w) * below / 2.0 + float(w) * (new - below)
 
 
 def forward_flops_training(m: ModelSpec, tokens: float, seq_len: int) -> tuple[float, float]:

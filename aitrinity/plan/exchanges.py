@@ -66,7 +66,3 @@ class _Catalog(Mapping[str, ExchangeInfo]):
 
 
 CATALOG: Mapping[str, ExchangeInfo] = _Catalog()
-
-
-def info(kind: str) -> ExchangeInfo:
-    return CATALOG[kind]
