@@ -2,19 +2,25 @@
 
 Both price the same steps with the same operator model and engine profile (kernel tables with
 ``[silicon]``); the simulator replays the closed loop request by request (``trinity simulate serving
---concurrency``), the analytic model (``aitrinity.cost.concurrency``) prices its steady state. Rows:
-every ``--every``-th run of the development CSV (``../shared/validation/serving_h100_dense.csv``) that the
-model expresses. For each engine token budget given (``--budgets``; ``isl`` means one prompt per
-iteration), prints the MAPE between the two and against the measured TTFT and TPOT, and the share of
-rows where simulation and analytic agree within 10%.
+--concurrency``) with each engine's scheduling (:data:`aitrinity.sim.serving.ENGINE_SCHEDULING`: token budget,
+mixed or separate prefill iterations, first-token lag, output spread), the analytic model
+(``aitrinity.cost.concurrency``) prices its steady state. Rows: every ``--every``-th run of the development CSV
+(``../shared/validation/serving_h100_dense.csv``) that the model expresses. Prints, per engine and overall, the
+MAPE between the two and against the measured TTFT and TPOT, and the share of rows where simulation and analytic
+agree within 10%.
 
-    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--budgets 8192,isl]
+``--fit`` chooses each engine's ``output_spread`` from ``--spreads`` by the simulation's MAPE against the measured
+TTFT + TPOT of those rows (development data only).
+
+    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--fit] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -22,11 +28,81 @@ import numpy as np
 
 from aitrinity import catalog, silicon
 from aitrinity.cost.concurrency import profile, steady_state
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.operators import Layout
-from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, simulate_closed_loop
+from aitrinity.sim.serving import (
+    ClosedLoop,
+    EngineScheduling,
+    OperatorStep,
+    for_device,
+    scheduling,
+    simulate_closed_loop,
+)
 from aitrinity.validate_serving import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ("sim TTFT", "analytic TTFT", "measured TTFT", "sim TPOT", "analytic TPOT", "measured TPOT")
+
+
+def price(rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: dict) -> dict[str, np.ndarray]:
+    """Per engine, one row per run: the COLUMNS in seconds."""
+    out: dict[str, list[tuple[float, ...]]] = {}
+    for r in rows:
+        dev = catalog.device(r.device)
+        key = (r.device, r.engine, r.version)
+        if key not in kernels:
+            kernels[key] = silicon.kernels(dev, r.engine, r.version).kernels
+        m, k, prof, s = catalog.model(r.model), kernels[key], profile(r.engine), sched[r.engine]
+        lay = Layout(tp=r.tp, weight_dtype=r.dtype, engine=r.engine)
+        ss = steady_state(m, k, lay, r.c, r.isl, r.osl)
+        cfg = for_device(
+            dev,
+            1,
+            memory_capacity_bytes=dev.memory_capacity_bytes * r.tp,
+            weights_dtype=r.dtype,
+            token_budget=s.token_budget,
+            mixed_batches=s.mixed_batches,
+            first_token_lag=s.first_token_lag,
+            max_batch=max(r.c, 1),
+            step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+        )
+        loop = ClosedLoop(r.c, r.isl, r.osl, r.c * rounds, prof.request_overhead_s, s.output_spread)
+        sim = simulate_closed_loop(m, cfg, loop)
+        out.setdefault(r.engine, []).append(
+            (sim.ttft_s.mean, float(ss.ttft_s), r.ttft_ms / 1e3, sim.tpot_s.mean, float(ss.tpot_s), r.tpot_ms / 1e3)
+        )
+    return {e: np.array(v) for e, v in out.items()}
+
+
+def mape(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.abs(x - y) / y))
+
+
+def summary(a: np.ndarray) -> dict[str, float]:
+    return {
+        "rows": len(a),
+        "ttft_sim_vs_analytic": mape(a[:, 0], a[:, 1]),
+        "tpot_sim_vs_analytic": mape(a[:, 3], a[:, 4]),
+        "ttft_within_10": float(np.mean(np.abs(a[:, 0] / a[:, 1] - 1) <= 0.10)),
+        "tpot_within_10": float(np.mean(np.abs(a[:, 3] / a[:, 4] - 1) <= 0.10)),
+        "ttft_sim_vs_measured": mape(a[:, 0], a[:, 2]),
+        "tpot_sim_vs_measured": mape(a[:, 3], a[:, 5]),
+        "ttft_analytic_vs_measured": mape(a[:, 1], a[:, 2]),
+        "tpot_analytic_vs_measured": mape(a[:, 4], a[:, 5]),
+    }
+
+
+def fit(rows: list, rounds: int, spreads: list[float], kernels: dict) -> dict[str, float]:
+    """Each engine's output spread: the grid value with the smallest sim-vs-measured MAPE(TTFT) + MAPE(TPOT)."""
+    best: dict[str, tuple[float, float]] = {}
+    for spread in spreads:
+        sched = {e: dataclasses.replace(scheduling(e), output_spread=spread) for e in {r.engine for r in rows}}
+        for engine, a in price(rows, rounds, sched, kernels).items():
+            loss = mape(a[:, 0], a[:, 2]) + mape(a[:, 3], a[:, 5])
+            print(f"fit {engine}: output_spread {spread:g} -> loss {loss:.3f}", file=sys.stderr)
+            if engine not in best or loss < best[engine][1]:
+                best[engine] = (spread, loss)
+    return {e: s for e, (s, _) in sorted(best.items())}
 
 
 def main() -> None:
@@ -34,67 +110,33 @@ def main() -> None:
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "validation" / "serving_h100_dense.csv"))
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=10, help="requests per client")
-    ap.add_argument("--budgets", default="8192,isl")
+    ap.add_argument("--fit", action="store_true", help="choose each engine's output spread (development data only)")
+    ap.add_argument("--spreads", default="0,0.01,0.02,0.05,0.1,0.2", help="with --fit: the grid")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = read_rows(Path(args.csv))[0][:: args.every]  # the runs the model expresses (validate --serving's rule)
-    kernels = {}
-    out: dict[str, dict[str, float]] = {}
+    kernels: dict[tuple, Kernels] = {}
     start = time.perf_counter()
-    for budget in args.budgets.split(","):
-        pairs = []
-        for r in rows:
-            dev = catalog.device(r.device)
-            key = (r.device, r.engine, r.version)
-            if key not in kernels:
-                kernels[key] = silicon.kernels(dev, r.engine, r.version).kernels
-            m, k, prof = catalog.model(r.model), kernels[key], profile(r.engine)
-            lay = Layout(tp=r.tp, weight_dtype=r.dtype, engine=r.engine)
-            ss = steady_state(m, k, lay, r.c, r.isl, r.osl)
-            cfg = for_device(
-                dev,
-                1,
-                memory_capacity_bytes=dev.memory_capacity_bytes * r.tp,
-                weights_dtype=r.dtype,
-                token_budget=r.isl if budget == "isl" else int(budget),
-                max_batch=max(r.c, 1),
-                step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
-            )
-            loop = ClosedLoop(r.c, r.isl, r.osl, r.c * args.rounds, prof.request_overhead_s)
-            sim = simulate_closed_loop(m, cfg, loop)
-            measured = (r.ttft_ms / 1e3, r.tpot_ms / 1e3)
-            pairs.append(
-                (sim.ttft_s.mean, float(ss.ttft_s), measured[0], sim.tpot_s.mean, float(ss.tpot_s), measured[1])
-            )
-        a = np.array(pairs)
-
-        def mape(x: np.ndarray, y: np.ndarray) -> float:
-            return float(np.mean(np.abs(x - y) / y))
-
-        out[budget] = {
-            "rows": len(a),
-            "ttft_sim_vs_analytic": mape(a[:, 0], a[:, 1]),
-            "tpot_sim_vs_analytic": mape(a[:, 3], a[:, 4]),
-            "ttft_within_10": float(np.mean(np.abs(a[:, 0] / a[:, 1] - 1) <= 0.10)),
-            "tpot_within_10": float(np.mean(np.abs(a[:, 3] / a[:, 4] - 1) <= 0.10)),
-            "ttft_sim_vs_measured": mape(a[:, 0], a[:, 2]),
-            "tpot_sim_vs_measured": mape(a[:, 3], a[:, 5]),
-            "ttft_analytic_vs_measured": mape(a[:, 1], a[:, 2]),
-            "tpot_analytic_vs_measured": mape(a[:, 4], a[:, 5]),
-        }
+    if args.fit:
+        for engine, spread in fit(rows, args.rounds, [float(x) for x in args.spreads.split(",")], kernels).items():
+            print(f"{engine}: output_spread={spread:g}")
+        return
+    by_engine = price(rows, args.rounds, {e: scheduling(e) for e in {r.engine for r in rows}}, kernels)
+    out = {e: summary(a) for e, a in sorted(by_engine.items())}
+    out["all"] = summary(np.concatenate(list(by_engine.values())))
     if args.json:
         print(json.dumps(out, indent=2))
         return
     took = time.perf_counter() - start
     print(f"{len(rows)} runs (every {args.every}th), {args.rounds} requests per client, {took:.0f} s")
     print(
-        "| token budget | rows | TTFT sim vs analytic | within 10% | TPOT sim vs analytic | within 10% "
+        "| engine | rows | TTFT sim vs analytic | within 10% | TPOT sim vs analytic | within 10% "
         "| TTFT sim / analytic vs measured | TPOT sim / analytic vs measured |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for b, o in out.items():
+    for e, o in out.items():
         print(
-            f"| {b} | {o['rows']} | {o['ttft_sim_vs_analytic']:.1%} | {o['ttft_within_10']:.0%} "
+            f"| {e} | {o['rows']} | {o['ttft_sim_vs_analytic']:.1%} | {o['ttft_within_10']:.0%} "
             f"| {o['tpot_sim_vs_analytic']:.1%} | {o['tpot_within_10']:.0%} "
             f"| {o['ttft_sim_vs_measured']:.1%} / {o['ttft_analytic_vs_measured']:.1%} "
             f"| {o['tpot_sim_vs_measured']:.1%} / {o['tpot_analytic_vs_measured']:.1%} |"

@@ -136,11 +136,16 @@ def _serving_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         choices=("generic", "trtllm", "vllm", "sglang"),
-        help="time iterations with the operator model and this engine's kernels and scheduling profile "
-        "(default with --concurrency: generic, the catalog's kernel parameters)",
+        help="time iterations with the operator model and this engine's kernels, and schedule them as it does "
+        "(token budget, mixed or separate prefill iterations, first-token lag; default with --concurrency: generic, "
+        "the catalog's kernel parameters)",
     )
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "fp4"), help="with --engine: weights dtype")
-    p.add_argument("--token-budget", type=count(1, 10**7), default=2048, help="tokens per iteration at most (2048)")
+    p.add_argument(
+        "--token-budget",
+        type=count(1, 10**7),
+        help="tokens per iteration at most (default: the engine's, 8192, with --engine or --concurrency; else 2048)",
+    )
 
 
 def _diurnal_options(p: argparse.ArgumentParser) -> None:
@@ -286,7 +291,7 @@ def _trace(args: argparse.Namespace) -> tuple[str, str]:
 def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog, units
     from aitrinity.catalog import traces
-    from aitrinity.sim.serving import for_device, simulate_serving
+    from aitrinity.sim.serving import EngineScheduling, for_device, scheduling, simulate_serving
 
     trace, label = _trace(args)
     if args.instances < 1:
@@ -298,12 +303,15 @@ def _serving(args: argparse.Namespace) -> int:
     link = catalog.link(args.kv_link)
     closed = _closed_loop(args)
     step = _operator_step(args, m, d) if args.engine or closed else None
+    sched = scheduling(args.engine or "generic") if step is not None else EngineScheduling(token_budget=2048)
     cfg = for_device(
         d,
         args.instances,
         memory_capacity_bytes=d.memory_capacity_bytes * args.tp,
         weights_dtype=args.dtype,
-        token_budget=args.token_budget,
+        token_budget=args.token_budget or sched.token_budget,
+        mixed_batches=sched.mixed_batches,
+        first_token_lag=sched.first_token_lag,
         max_batch=max(256, args.concurrency or 0),
         step_time=step,
         prefill_instances=args.prefill_instances,
@@ -328,6 +336,14 @@ def _serving(args: argparse.Namespace) -> int:
     steady = _steady(args, step) if closed is not None and step is not None else None
     if args.json:
         out = r.model_dump(mode="json")
+        if step is not None:
+            out["scheduling"] = {
+                "engine": args.engine or "generic",
+                "token_budget": cfg.token_budget,
+                "mixed_batches": cfg.mixed_batches,
+                "first_token_lag": cfg.first_token_lag,
+                "output_spread": closed.output_spread if closed is not None else None,
+            }
         if steady is not None:
             out["analytic_steady_state"] = steady
         print(dump(out))
@@ -370,13 +386,14 @@ def _serving(args: argparse.Namespace) -> int:
 
 def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:
     from aitrinity.cost.concurrency import profile
-    from aitrinity.sim.serving import ClosedLoop
+    from aitrinity.sim.serving import ClosedLoop, scheduling
 
     if args.concurrency is None:
         return None
-    overhead = profile(args.engine or "generic").request_overhead_s
+    engine = args.engine or "generic"
     total = args.requests or 10 * args.concurrency
-    return ClosedLoop(args.concurrency, args.isl, args.osl, total, overhead)
+    spread = scheduling(engine).output_spread
+    return ClosedLoop(args.concurrency, args.isl, args.osl, total, profile(engine).request_overhead_s, spread)
 
 
 def _kernels(args: argparse.Namespace, d: DeviceSpec) -> Kernels:
@@ -411,12 +428,19 @@ def _steady(args: argparse.Namespace, step: OperatorStep) -> dict[str, float]:
 
 def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[str, float]) -> int:
     from aitrinity import units
+    from aitrinity.sim.serving import scheduling
 
     t = units.format_time
+    engine = args.engine or "generic"
+    s = scheduling(engine)
+    batches = "mixed iterations" if s.mixed_batches else "separate prefill iterations"
     print(
         f"{args.concurrency} clients on {args.instances} instance(s) of {args.tp} x {args.device}, {args.model} "
-        f"({args.dtype}, {args.engine or 'generic'} kernels): {r.requests:,} requests of {args.isl} -> {args.osl} "
-        "tokens"
+        f"({args.dtype}, {engine} kernels): {r.requests:,} requests of {args.isl} -> {args.osl} tokens"
+    )
+    print(
+        f"  {engine} scheduling: {args.token_budget or s.token_budget:,} tokens per iteration, {batches}, "
+        f"first token {s.first_token_lag} iteration(s) late, output lengths +-{s.output_spread:.0%}"
     )
     print(
         f"  simulated: TTFT mean {t(r.ttft_s.mean)} (p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}), "

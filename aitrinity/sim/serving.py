@@ -115,6 +115,9 @@ class ClosedLoop:
     output_tokens: int
     requests: int
     request_overhead_s: float = 0.0
+    output_spread: float = 0.0
+    """Each request asks for ``output_tokens`` x (1 + u), u uniform in [-spread, spread] (seeded; mean kept). Even
+    a few percent lets clients drift apart instead of finishing in the same iteration round after round."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +155,47 @@ class ServingConfig:
     step_time: StepTime | None = None
     """The iteration time of an instance from the operator model (:class:`OperatorStep`); None: the
     roofline above."""
+    mixed_batches: bool = True
+    """True: prompt chunks ride in the decode iterations (vLLM, TensorRT-LLM). False: an iteration with prompt work
+    to do runs no decodes (SGLang's default, without ``--enable-mixed-chunk``)."""
+    first_token_lag: int = 0
+    """Iterations between a prompt's last chunk and its first token reaching the client: an overlap scheduler
+    processes iteration n's output while iteration n + 1 runs (TensorRT-LLM's PyTorch backend, SGLang)."""
     fast_forward: bool = True
     """Price a stretch of pure decode iterations (same batch, no admission, no completion, no preemption) at once
     and apply it lazily (module doc); False: one event per iteration, the reference the tests compare with."""
+
+
+@dataclass(frozen=True)
+class EngineScheduling:
+    """How an engine's scheduler fills its iterations, as the simulator replays it (the kernels and host time per
+    iteration come from :class:`OperatorStep`; the analytic model's fitted weights are
+    :class:`aitrinity.cost.concurrency.EngineProfile`)."""
+
+    token_budget: int = 8192
+    """Tokens per iteration at most (vLLM's ``max_num_batched_tokens`` for its OpenAI server on a GPU of >= 70 GiB,
+    TensorRT-LLM's ``max_num_tokens``, SGLang's ``chunked_prefill_size`` on an 80 GB GPU: 8192 each)."""
+    mixed_batches: bool = True
+    first_token_lag: int = 0
+    output_spread: float = 0.0
+    """Fitted (``benchmarks/bench_sim_concurrency.py --fit``): what keeps the measured runs' clients from moving in
+    lock-step is not known; the simulator gives it as a spread of output lengths (:class:`ClosedLoop`)."""
+
+
+ENGINE_SCHEDULING: dict[str, EngineScheduling] = {
+    "trtllm": EngineScheduling(first_token_lag=1, output_spread=0.1),
+    "vllm": EngineScheduling(output_spread=0.2),
+    "sglang": EngineScheduling(mixed_batches=False, first_token_lag=1, output_spread=0.0),
+    "generic": EngineScheduling(output_spread=0.1),
+}
+"""TensorRT-LLM: mixed iterations, its overlap scheduler (on by default in the PyTorch backend) returns a token one
+iteration late. vLLM 0.12: mixed (chunked prefill), no async scheduling by default. SGLang: prefill iterations
+apart from decode ones (``--enable-mixed-chunk`` off by default), its overlap scheduler on. ``output_spread``
+fitted on ``serving_h100_dense.csv`` only."""
+
+
+def scheduling(engine: str) -> EngineScheduling:
+    return ENGINE_SCHEDULING.get(engine, ENGINE_SCHEDULING["generic"])
 
 
 def for_device(d: DeviceSpec, instances: int = 1, **kw: Any) -> ServingConfig:
@@ -190,6 +231,10 @@ class _Req:
     """The prompt's prefix-chained block ids (for the prefix cache)."""
     counted: bool = False
     """Its prompt is in the hit-rate statistics (a preempted request is looked up again, not counted again)."""
+    first_out: float | None = None
+    """When its first token was computed (TPOT counts from here; ``first_token`` adds the output lag)."""
+    lag: int = 0
+    """Iterations until its first token reaches the client."""
 
     @property
     def kv_tokens(self) -> int:
@@ -227,6 +272,8 @@ class _Instance:
     link_free: float = 0.0
     run: _Run | None = None
     """A pure decode stretch priced ahead, applied up to the last of its iterations that has started."""
+    lagging: list[_Req] = field(default_factory=list)
+    """Requests whose first token is computed but not yet out (``first_token_lag``)."""
 
     def outstanding(self) -> int:
         return sum(r.prompt - r.prefilled + r.output - r.generated for r in (*self.waiting, *self.running))
@@ -350,6 +397,8 @@ class _Engine:
         closed = self.closed
         assert closed is not None
         o = max(closed.output_tokens, 1)
+        if closed.output_spread > 0:
+            o = max(round(o * (1.0 + closed.output_spread * (2.0 * float(self.sim.rng.random()) - 1.0))), 1)
         r = _Req(len(self.reqs), at, max(closed.prompt_tokens, 1), o, o)
         self.reqs.append(r)
         mean = closed.request_overhead_s
@@ -418,6 +467,9 @@ class _Engine:
     def preempt(self, inst: _Instance) -> None:
         victim = max(inst.running, key=lambda r: r.admitted_at)
         inst.running.remove(victim)
+        if victim in inst.lagging:  # recomputed from scratch: its first token is computed again
+            inst.lagging.remove(victim)
+            victim.first_out = None
         inst.kv_used -= victim.reserved
         # recompute preemption (vLLM): the tokens it produced join its prompt; it keeps its first-token time
         victim.prompt += victim.generated
@@ -444,8 +496,14 @@ class _Engine:
             self.preempt(inst)
             decode = [r for r in inst.running if r.prefilled == r.prompt]
         admitted = self.admissions
-        chunks, load_bytes = self._schedule(i, inst, len(decode))
-        if cfg.fast_forward and decode and not chunks and admitted == self.admissions and self._fast_forward(i, decode):
+        if cfg.mixed_batches or not (inst.waiting or len(decode) < len(inst.running)):
+            chunks, load_bytes = self._schedule(i, inst, len(decode))
+        else:  # a prefill iteration if a prompt can run (none admitted with the whole budget: a decode iteration)
+            chunks, load_bytes = self._schedule(i, inst, 0)
+            if chunks:
+                decode = []
+        ff = cfg.fast_forward and not inst.lagging and not chunks and admitted == self.admissions
+        if ff and decode and self._fast_forward(i, decode):
             return
         if not decode and not chunks:
             if any(r.prefilled == r.prompt for r in inst.running):  # just admitted, prefilled elsewhere
@@ -461,6 +519,8 @@ class _Engine:
             r.generated += 1
             inst.kv_used += 1
             r.last_token = end
+        if inst.lagging:
+            self._lagged(inst, end)
         for r, n in chunks:
             self._prefilled(i, r, n, end)
         inst.peak_kv = max(inst.peak_kv, inst.kv_used)
@@ -596,13 +656,30 @@ class _Engine:
             return
         r.generated += 1
         r.last_token = end
+        if r.first_out is None:
+            r.first_out = end
+            if self.cfg.first_token_lag and self.insts[i].role == "both":
+                r.lag = self.cfg.first_token_lag
+                self.insts[i].lagging.append(r)
+            else:
+                r.first_token = end
         c = self.cache_of(i)
         if c is not None:
             for j, b in enumerate(r.blocks[: r.prompt // self.block]):
                 if not c.touch(b) and c.fits(self.block_bytes):
                     c.insert(b, self.block_bytes, self._block_flops(j))
-        if r.first_token is None:
-            r.first_token = end
+
+    def _lagged(self, inst: _Instance, end: float) -> None:
+        """One more iteration has ended after these requests' first tokens were computed; those whose lag is over
+        have their first token out at ``end``."""
+        out = []
+        for r in inst.lagging:
+            r.lag -= 1
+            if r.lag <= 0:
+                r.first_token = end
+                out.append(r)
+        for r in out:
+            inst.lagging.remove(r)
 
     def _block_flops(self, j: int) -> float:
         """The prefill FLOPs of a prompt's ``j``-th block (what the cache saves by holding it), memoized."""
@@ -615,6 +692,10 @@ class _Engine:
     def _finish(self, inst: _Instance, end: float) -> None:
         """Requests that produced their last token leave; a closed-loop client sends its next request."""
         for r in [r for r in inst.running if r.prefilled == r.prompt and r.generated >= r.output]:
+            if r.first_token is None:  # finished within its first token's lag: out with the last one
+                r.first_token = end
+                if r in inst.lagging:
+                    inst.lagging.remove(r)
             inst.running.remove(r)
             inst.kv_used -= r.reserved
             self.done.append(r)
@@ -632,9 +713,9 @@ class _Engine:
         energy = busy * cfg.busy_W + (cfg.instances * span - busy) * cfg.idle_W if cfg.busy_W else None
         ttft = [r.first_token - r.arrival for r in done if r.first_token is not None]
         tpot = [
-            (r.last_token - r.first_token) / (r.asked - 1)
+            (r.last_token - r.first_out) / (r.asked - 1)
             for r in done
-            if r.asked > 1 and r.first_token is not None and r.last_token is not None
+            if r.asked > 1 and r.first_out is not None and r.last_token is not None
         ]
         good = sum(
             1
@@ -642,7 +723,8 @@ class _Engine:
             if r.first_token is not None
             and r.last_token is not None
             and r.first_token - r.arrival <= cfg.slo_ttft_s
-            and (r.asked <= 1 or (r.last_token - r.first_token) / (r.asked - 1) <= cfg.slo_tpot_s)
+            and r.first_out is not None
+            and (r.asked <= 1 or (r.last_token - r.first_out) / (r.asked - 1) <= cfg.slo_tpot_s)
         )
         return ServingSimResult(
             requests=len(self.reqs),

@@ -15,3 +15,25 @@ def test_simulate_serving_replays_a_fixed_concurrency_benchmark(capsys):
     assert data["finished"] == 80 and data["analytic_steady_state"]["tpot_s"] > 0
     # the simulated and analytic decode steps price the same operator model: close at a steady state
     assert abs(data["tpot_s"]["mean"] / data["analytic_steady_state"]["tpot_s"] - 1) < 0.25
+
+
+def test_simulate_serving_schedules_as_the_engine_does(capsys):
+    import json
+
+    from aitrinity.cli.main import main
+
+    args = ["simulate", "serving", "--concurrency", "4", "--isl", "256", "--osl", "16", "--quiet", "--json"]
+    assert main([*args, "--engine", "sglang"]) == 0
+    sched = json.loads(capsys.readouterr().out)["scheduling"]
+    assert sched == {
+        "engine": "sglang",
+        "token_budget": 8192,
+        "mixed_batches": False,
+        "first_token_lag": 1,
+        "output_spread": 0.0,
+    }
+    assert main([*args, "--engine", "vllm", "--token-budget", "512"]) == 0
+    sched = json.loads(capsys.readouterr().out)["scheduling"]
+    assert sched["token_budget"] == 512 and sched["mixed_batches"] and sched["first_token_lag"] == 0
+    assert main(args[:-1]) == 0  # the text output says how it schedules
+    assert "generic scheduling: 8,192 tokens per iteration, mixed iterations" in capsys.readouterr().out

@@ -209,13 +209,82 @@ def _same(fast, reference):
     budget=st.integers(16, 512),
     disaggregated=st.booleans(),
     cache=st.sampled_from(["none", "local", "global"]),
+    mixed=st.booleans(),
+    lag=st.integers(0, 2),
 )
-def test_fast_forward_gives_exactly_the_per_iteration_result(reqs, kv, instances, budget, disaggregated, cache):
+def test_fast_forward_gives_exactly_the_per_iteration_result(
+    reqs, kv, instances, budget, disaggregated, cache, mixed, lag
+):
     pd = {"prefill_instances": 1, "kv_link_Bps": 1e8} if disaggregated and instances > 1 else {}
     pc = {"prefix_cache": cache, "cache_capacity_tokens": 2000, "cache_block_tokens": 16} if cache != "none" else {}
-    cfg = config(kv, instances, token_budget=budget, max_batch=8, **pd, **pc)
+    sched = {"mixed_batches": mixed, "first_token_lag": lag}
+    cfg = config(kv, instances, token_budget=budget, max_batch=8, **pd, **pc, **sched)
     fast = simulate_serving(reqs, M, cfg)
+    assert fast.finished + sum(fast.rejected.values()) == fast.requests  # nothing lost
     _same(fast, simulate_serving(reqs, M, replace(cfg, fast_forward=False)))
+
+
+def _unit_step(decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+    return 1.0  # every iteration takes a second: token times count iterations
+
+
+def _timeline(**sched) -> dict[int, tuple[float, float, float]]:
+    """Request 0 (a 10-token prompt, 5 tokens) arrives at 0, request 1 (10, 3) at 1.5: (arrival, first token, last
+    token) of each, on one instance whose iterations take one second."""
+    from aitrinity.sim import serving
+
+    seen: dict[int, tuple[float, float, float]] = {}
+    result = serving._Engine.result
+
+    def keep(engine):
+        seen.update({r.rid: (r.arrival, r.first_token, r.last_token) for r in engine.done})
+        return result(engine)
+
+    reqs = [TraceRequest(0, 10, 5, ()), TraceRequest(1500, 10, 3, ())]
+    cfg = config(10_000, instances=1, step_time=_unit_step, **sched)
+    serving._Engine.result = keep
+    try:
+        simulate_serving(reqs, M, cfg)
+    finally:
+        serving._Engine.result = result
+    return seen
+
+
+def test_mixed_iterations_decode_while_a_prompt_is_prefilled():
+    # 0: prefilled in [0, 1] (token 1), decodes in [1, 2], [2, 3] (with 1's prompt), [3, 4], [4, 5]
+    assert _timeline() == {0: (0.0, 1.0, 5.0), 1: (1.5, 3.0, 5.0)}
+
+
+def test_separate_prefill_iterations_pause_the_decodes():
+    # the iteration [2, 3] runs 1's prompt alone: 0 gets no token in it and ends a second later
+    assert _timeline(mixed_batches=False) == {0: (0.0, 1.0, 6.0), 1: (1.5, 3.0, 5.0)}
+
+
+def test_first_token_lag_delays_the_first_token_not_the_decode_rate():
+    from aitrinity.sim.serving import ClosedLoop, simulate_closed_loop
+
+    assert _timeline(first_token_lag=1) == {0: (0.0, 2.0, 5.0), 1: (1.5, 4.0, 5.0)}
+    cfg = config(100_000, instances=1, step_time=_fixed_step)
+    loop = ClosedLoop(clients=1, prompt_tokens=100, output_tokens=20, requests=2)
+    plain, lagged = simulate_closed_loop(M, cfg, loop), simulate_closed_loop(M, replace(cfg, first_token_lag=2), loop)
+    assert lagged.ttft_s.mean == pytest.approx(plain.ttft_s.mean + 2 * 0.003)  # two decode iterations of 3 ms
+    assert lagged.tpot_s.mean == pytest.approx(plain.tpot_s.mean)
+    # a request shorter than its lag has its first token out with its last
+    short = simulate_closed_loop(M, replace(cfg, first_token_lag=5), ClosedLoop(1, 100, 2, 1))
+    assert short.ttft_s.mean == pytest.approx(0.003 + 0.003)
+
+
+def test_output_spread_varies_the_lengths_around_the_mean_and_is_seeded():
+    from aitrinity.sim.serving import ClosedLoop, simulate_closed_loop
+
+    cfg = config(100_000, instances=1, step_time=_fixed_step)
+    fixed = simulate_closed_loop(M, cfg, ClosedLoop(4, 50, 100, 400))
+    spread = ClosedLoop(4, 50, 100, 400, output_spread=0.2)
+    a, b = simulate_closed_loop(M, cfg, spread, seed=3), simulate_closed_loop(M, cfg, spread, seed=3)
+    assert a == b
+    tokens = a.output_tokens_per_s * a.makespan_s
+    assert tokens != fixed.output_tokens_per_s * fixed.makespan_s == 40_000
+    assert tokens == pytest.approx(40_000, rel=0.03)  # 400 draws, uniform within +-20% of 100
 
 
 def test_fast_forward_on_the_conversation_trace_and_a_closed_loop():
