@@ -1,4 +1,4 @@
-"""Ledger of one training step (pure): FLOPs, memory per stage, bytes per link.
+"""Ledger of a training step (pure): FLOPs, memory per stage, bytes per link -- for one plan or, on arrays, many.
 
 Parallel layout (Megatron-LM, Narayanan et al. 2021): ``N = tp · pp · dp``
 devices; experts are split over ``ep`` ranks inside the data-parallel group.
@@ -26,10 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, find, grad_sync
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import (
+    Channel,
     Flops,
     Ledger,
     MemoryItem,
@@ -38,13 +42,18 @@ from aitrinity.cost.ledger import (
     Traffic,
     TrainingFacts,
 )
-from aitrinity.cost.memory import ModelStates, layer_activation_bytes, layer_activations, model_states
+from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
 from aitrinity.cost.params import attention_params, count, mlp_params, norm_params
+from aitrinity.cost.train_operators import RECOMPUTE_INDEX
 from aitrinity.errors import SpecError
 from aitrinity.spec.exchanges import ActivationOffload
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan
+
+F = NDArray[np.float64]
+Ints = NDArray[np.int64]
+B = NDArray[np.bool_]
 
 TP_TRAFFIC = "TP activations (per layer)"
 PP_TRAFFIC = "PP activations and gradients"
@@ -117,188 +126,400 @@ def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:
     return rep / lay.tp, expert / lay.tp
 
 
-def _states(m: ModelSpec, plan: Plan, lay: Layout, stage: int) -> ModelStates:
-    rep, expert = stage_params(m, lay, stage)
-    a = model_states(rep, plan, lay.dp)
-    b = model_states(expert, plan, max(lay.dp // lay.ep, 1))
-    return ModelStates(a.weights + b.weights, a.gradients + b.gradients, a.optimizer + b.optimizer)
+# ---------------------------------------------------------------------------------------------- rows and columns
+# The ledger is computed once, on arrays: one row per candidate plan of a parallel layout (tp, pp). The planner
+# prices hundreds of thousands of rows (aitrinity.plan.vector_training); training_ledger is a batch of one.
+
+RECOMPUTE = tuple(RECOMPUTE_INDEX)
+"""``Rows.recompute`` indexes this."""
 
 
-def _activations(m: ModelSpec, job: TrainingJob, plan: Plan, lay: Layout, stage: int) -> float:
-    """Saved activations on ``stage`` at the 1F1B peak (Korthikanti §4.2.3)."""
-    s, b, t, p, v = job.seq_len, lay.micro_batch, lay.tp, lay.pp, plan.virtual_stages
-    act_bytes = BYTES_PER_DTYPE[plan.compute_dtype]
-    dense, moe = stage_layers(m, p, stage)
-    per_mb = dense * layer_activation_bytes(layer_activations(m, s, b, False, act_bytes), plan)
-    if moe:
-        per_mb += moe * layer_activation_bytes(layer_activations(m, s, b, True, act_bytes), plan)
-    in_flight = min(p - stage, lay.num_microbatches)
-    interleave = 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
-    total = per_mb * in_flight * interleave
-    if plan.recompute == "full":  # one layer's full activations live while it is recomputed
-        full = plan.model_copy(update={"recompute": "none"})
-        total += layer_activation_bytes(layer_activations(m, s, b, moe > 0, act_bytes), full)
-    sp = t if plan.sequence_parallel else 1
-    if stage == 0 and m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
-        total += s * b * m.hidden_size * in_flight / sp
-    if stage == p - 1:  # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3)
-        total += 4.0 * s * b * (m.hidden_size + m.vocab_size) / t
-    return total
+@dataclass(frozen=True)
+class Rows:
+    """One row per candidate plan (all arrays of the same length)."""
+
+    micro_batch: Ints
+    zero: Ints
+    recompute: Ints  # index into RECOMPUTE
+    sequence_parallel: B
+    compression: Ints
+    """Index into the gradient synchronisations the rows are priced with (``syncs`` of :func:`columns`)."""
+    optimizer_offload: B
+    virtual_stages: Ints
+    activation_offload: F
+    """Fraction of saved activations kept in host memory (0 = none)."""
+
+    def __len__(self) -> int:
+        return len(self.micro_batch)
+
+    @classmethod
+    def from_grid(cls, grid: list[tuple[int, int, int, bool, int, bool, int, float]]) -> Rows:
+        """Rows from tuples (micro_batch, zero, recompute, sp, compression, optimizer offload, virtual stages,
+        activation offload)."""
+        cols = list(zip(*grid, strict=True))
+        types = (np.int64, np.int64, np.int64, np.bool_, np.int64, np.bool_, np.int64, np.float64)
+        return cls(*(np.array(c, dtype=t) for c, t in zip(cols, types, strict=True)))
+
+    @classmethod
+    def of(cls, plan: Plan) -> Rows:
+        """The row of one plan (its gradient synchronisation is ``syncs[0]``)."""
+        act_off = find(plan, "activation-offload")
+        fraction = act_off.fraction if isinstance(act_off, ActivationOffload) else 0.0
+        offload = find(plan, "optimizer-offload") is not None
+        row = (plan.micro_batch, plan.zero, RECOMPUTE.index(plan.recompute), plan.sequence_parallel, 0, offload)
+        return cls.from_grid([(*row, plan.virtual_stages, fraction)])
 
 
-def peak_memory(m: ModelSpec, job: TrainingJob, plan: Plan, lay: Layout) -> tuple[float, int, ModelStates, float]:
-    """(bytes, stage, model states, activations) of the pipeline stage with the largest footprint."""
-    best: tuple[float, int, ModelStates, float] | None = None
-    for st in range(lay.pp):
-        states = _states(m, plan, lay, st)
-        acts = _activations(m, job, plan, lay, st)
-        if best is None or states.total + acts > best[0]:
-            best = (states.total + acts, st, states, acts)
-    assert best is not None
-    return best
+@dataclass(frozen=True)
+class LayoutConstants:
+    """What depends on the layout ``(tp, pp)`` only: computed once per layout, in Python."""
+
+    tp: int
+    pp: int
+    dp: int
+    rep: list[float]
+    expert: list[float]
+    layers: list[tuple[int, int]]
+    act_dense: dict[tuple[int, bool], float]  # (recompute index, sp) -> bytes per layer for b = 1
+    act_moe: dict[tuple[int, bool], float]
+    dense_f: float  # busiest stage's forward dense FLOPs per token through the pipeline, / tp
+    score_f: float
 
 
-def _stage_flops(m: ModelSpec, job: TrainingJob, lay: Layout, stage: int) -> tuple[float, float]:
-    """(dense, score) forward FLOPs of one device of ``stage`` per step."""
-    tokens = job.global_batch * job.seq_len / lay.dp  # tokens through one pipeline per step
-    dense_l, moe_l = stage_layers(m, lay.pp, stage)
-    per_tok = dense_l * layer_dense_flops(m, False).dense
-    if moe_l:
-        per_tok += moe_l * layer_dense_flops(m, True).dense
-    if stage == lay.pp - 1:
-        per_tok += 2.0 * m.vocab_size * m.hidden_size
-    score = (dense_l + moe_l) / m.num_layers * score_flops_per_query(m, job.seq_len)
-    return tokens * per_tok / lay.tp, tokens * score / lay.tp
+def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: int, dp: int) -> LayoutConstants:
+    lay = Layout(tp, pp, dp, base.ep, 1, 1)
+    rep, expert = zip(*(stage_params(m, lay, st) for st in range(pp)), strict=True)
+    act = BYTES_PER_DTYPE[base.compute_dtype]
+    la_dense = layer_activations(m, job.seq_len, 1, False, act)
+    la_moe = layer_activations(m, job.seq_len, 1, True, act)
+    act_dense, act_moe = {}, {}
+    for ri, rec in enumerate(RECOMPUTE):
+        for sp in (False, True):
+            p = base.model_copy(update={"tp": tp, "recompute": rec, "sequence_parallel": sp})
+            act_dense[(ri, sp)] = layer_activation_bytes(la_dense, p)
+            act_moe[(ri, sp)] = layer_activation_bytes(la_moe, p)
+    # forward FLOPs per token through one pipeline, per stage; the busiest stage sets the pace
+    best = (-1.0, 0.0, 0.0)
+    for st in range(pp):
+        dl, ml = stage_layers(m, pp, st)
+        per_tok = dl * layer_dense_flops(m, False).dense + (ml * layer_dense_flops(m, True).dense if ml else 0.0)
+        if st == pp - 1:
+            per_tok += 2.0 * m.vocab_size * m.hidden_size
+        score = (dl + ml) / m.num_layers * score_flops_per_query(m, job.seq_len)
+        if per_tok + score > best[0]:
+            best = (per_tok + score, per_tok, score)
+    layers = [stage_layers(m, pp, st) for st in range(pp)]
+    return LayoutConstants(tp, pp, dp, list(rep), list(expert), layers, act_dense, act_moe, best[1] / tp, best[2] / tp)
 
 
-def _grad_traffic(
-    sync: GradSync, rep: float, expert: float, plan: Plan, lay: Layout, system: System
-) -> list[Traffic | None]:
-    """Data-parallel gradient (and ZeRO-3 parameter) traffic under the plan's compression and local SGD."""
-    d, t, e, mb = lay.dp, lay.tp, lay.ep, lay.num_microbatches
-    groups = [("", rep, d, t), (" (experts)", expert, d // e, t * e)]
-    out: list[Traffic | None] = []
-    for tag, params, n, stride in groups:
-        if params == 0:
+@dataclass(frozen=True)
+class Stream:
+    """One traffic item of every row: a collective repeated ``times`` over ``group`` ranks ``stride`` apart, or (with
+    ``tier``) a transfer of ``payload`` bytes in ``times`` messages to a memory tier. Zero where a row has none."""
+
+    purpose: str
+    kind: coll.Collective
+    payload: F
+    times: F
+    present: B
+    group: int = 1
+    stride: int = 1
+    tier: Channel | None = None
+    timed: bool = False
+    """The operator model times it itself (TP collectives, pipeline sends)."""
+    method: bool = False
+    """Its purpose names the gradient compressor of the row."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The ledger of every row, as columns (the busiest device: peak-memory stage for memory and traffic, the
+    stage with the most FLOPs for compute)."""
+
+    mb: F
+    """Micro-batches per step."""
+    divisible: B
+    peak: Ints
+    """The pipeline stage with the largest footprint."""
+    weights: F
+    gradients: F
+    optimizer: F
+    activations: F
+    """At the 1F1B peak, before any offload."""
+    buffers: F
+    """Error-feedback residuals of a gradient compressor."""
+    hbm_resident: F
+    host_resident: F
+    params_peak: F
+    per_mb_acts: F
+    layers_peak: F
+    forward: float
+    recompute: F
+    exchange: F
+    """The compressor's FLOPs."""
+    model_total: float
+    hbm_bytes: F
+    streams: list[Stream]
+    period: F
+    """Synchronise every ``period`` steps (local SGD)."""
+    heavy: B
+    """A compressor with error feedback (needs ZeRO <= 1)."""
+
+
+def columns(
+    m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync]
+) -> Columns:
+    """The ledger of every row of layout ``L``; ``base`` supplies dtypes, ep, flash attention and the optimizer,
+    ``syncs[rows.compression]`` each row's gradient synchronisation."""
+    n, t, p, d, e = len(rows), L.tp, L.pp, L.dp, base.ep
+    s, h = job.seq_len, m.hidden_size
+    b = rows.micro_batch.astype(np.float64)
+    per_step = d * rows.micro_batch
+    divisible = (job.global_batch % per_step) == 0
+    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
+    zero, rec, sp = rows.zero, rows.recompute, rows.sequence_parallel
+    comp, off = rows.compression, rows.optimizer_offload
+    v, a_off = rows.virtual_stages.astype(np.float64), rows.activation_offload
+    interleave = np.where(v > 1, 1.0 + (p - 1) / (p * v), 1.0)
+    act = BYTES_PER_DTYPE[base.compute_dtype]
+    wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
+    k_opt = optimizer_bytes_per_param(base)
+
+    def by_sync(field: str) -> F:
+        out: F = np.array([getattr(x, field) for x in syncs], dtype=np.float64)[comp]
+        return out
+
+    # --- memory per stage, every stage at once: arrays of (stages, rows); the peak stage is the busiest device
+    key = rec * 2 + sp  # (recompute, sequence parallel) -> 0..5
+
+    def per_layer(table: dict[tuple[int, bool], float]) -> F:
+        out: F = np.array([table[(ri, spv)] for ri in range(3) for spv in (False, True)])[key]
+        return out
+
+    # one layer's full activations live while it is recomputed (full recomputation)
+    full_ws = per_layer({(ri, spv): L.act_dense[(0, spv)] for ri in range(3) for spv in (False, True)})
+    full_ws_moe = per_layer({(ri, spv): L.act_moe[(0, spv)] for ri in range(3) for spv in (False, True)})
+    pl_dense, pl_moe = per_layer(L.act_dense) * b, per_layer(L.act_moe) * b
+    sp_div = np.where(sp, float(t), 1.0)
+    exp_shard = max(d // e, 1)
+    st = np.arange(p)[:, None]
+    dl = np.array([x for x, _ in L.layers], dtype=np.float64)[:, None]
+    ml = np.array([y for _, y in L.layers], dtype=np.float64)[:, None]
+    rep_s, ex_s = np.array(L.rep)[:, None], np.array(L.expert)[:, None]
+    # ZeRO stage k shards the optimizer (k >= 1), gradients (k >= 2) and weights (k >= 3) over the DP group
+    stage_w = rep_s * wb / np.where(zero >= 3, d, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
+    stage_g = rep_s * gb / np.where(zero >= 2, d, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
+    stage_o = rep_s * k_opt / np.where(zero >= 1, d, 1) + ex_s * k_opt / np.where(zero >= 1, exp_shard, 1)
+    in_flight = np.minimum(p - st, mb)  # 1F1B: stage k holds p - k micro-batches (Korthikanti §4.2.3)
+    stage_acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
+    stage_acts = stage_acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
+    if m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
+        stage_acts[0] = stage_acts[0] + s * b * h * in_flight[0] / sp_div
+    # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3)
+    stage_acts[p - 1] = stage_acts[p - 1] + 4.0 * s * b * (h + m.vocab_size) / t
+    totals = stage_w + stage_g + stage_o + stage_acts
+    peak = np.argmax(totals, axis=0)  # the first stage of the largest footprint
+    pick = np.arange(n)
+    acts_peak, opt_peak = stage_acts[peak, pick], stage_o[peak, pick]
+    rep_peak, exp_peak = np.array(L.rep)[peak], np.array(L.expert)[peak]
+    params_peak = rep_peak + exp_peak
+    buffers = params_peak * by_sync("error_feedback_bytes_per_param")
+    hbm_resident = totals[peak, pick] + buffers - np.where(off, opt_peak, 0.0) - a_off * acts_peak
+    host_resident = np.where(off, opt_peak, 0.0) + a_off * acts_peak
+
+    # --- FLOPs of the busiest stage by FLOPs (the same for every row)
+    tokens_per_pipe = job.global_batch * s / d
+    dense_f, score_f = tokens_per_pipe * L.dense_f, tokens_per_pipe * L.score_f
+    fwd = dense_f + score_f
+    recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
+    if base.flash_attention:  # FA backward recomputes QK^T: 2.5x forward instead of 2x (Dao 2023, §3.1)
+        recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
+    period = by_sync("period")
+    exchange = params_peak * by_sync("flops_per_param") / period
+    tf = token_flops(m)
+    model_total = 3.0 * float(job.global_batch * s) * (tf.dense + score_flops_per_query(m, s))
+
+    # --- HBM traffic on the busiest device (lower bound: each operand moved once per use)
+    w_dev, g_dev = params_peak * wb, params_peak * gb
+    per_mb_acts = acts_peak / np.maximum(np.minimum(p - peak, mb), 1)
+    hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
+    # the optimizer step: read + write the states, read the gradients, write the weights
+    hbm = hbm + np.where(off, 0.0, 2.0 * opt_peak + g_dev + w_dev)
+    hbm = hbm + params_peak * by_sync("hbm_bytes_per_element") / period
+
+    # --- communication
+    yes, ones = np.ones(n, dtype=np.bool_), np.ones(n)
+    layers_peak = np.array([x + y for x, y in L.layers], dtype=np.float64)[peak]
+    moe_peak = np.array([y for _, y in L.layers], dtype=np.float64)[peak]
+    a_bytes = b * s * h * act
+    extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
+    streams = [Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
+    if p > 1:
+        streams.append(Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb, yes, p, t * d, timed=True))
+    gather = np.array([x.collective == "all-gather" for x in syncs])[comp]
+    z3 = zero >= 3
+    for tag, params, group, stride in (("", rep_peak, d, t), (" (experts)", exp_peak, d // e, t * e)):
+        has = params > 0  # a group with no parameters on the device sends nothing
+        if not np.any(has):
             continue
-        payload = params * sync.bytes_per_element
-        if plan.zero < 3:
-            kind: coll.Collective = "all-reduce" if sync.collective == "all-reduce" else "all-gather"
-            total = payload if kind == "all-reduce" else payload * n  # a gather collects every rank's message
-            label = f"DP gradient {kind}{tag}" + (f", {sync.method}" if sync.method != "none" else "")
-            out.append(coll.traffic(label, kind, total, n, 1.0 / sync.period, stride, system))
-        else:
-            w_bytes = params * BYTES_PER_DTYPE[plan.weights_dtype]
-            out.append(
-                coll.traffic(f"ZeRO-3 gradient reduce-scatter{tag}", "reduce-scatter", payload, n, mb, stride, system)
-            )
-            out.append(
-                coll.traffic(
-                    f"ZeRO-3 parameter all-gather (fwd+bwd){tag}", "all-gather", w_bytes, n, 2 * mb, stride, system
-                )
-            )
-    return out
-
-
-def _with_offloads(plan: Plan, memory: list[MemoryItem], params: float, sync: GradSync) -> list[MemoryItem]:
-    """The memory items after the plan's offloads move categories to host memory, plus error-feedback buffers."""
-    act_off = find(plan, "activation-offload")
-    opt_off = find(plan, "optimizer-offload") is not None
-    out: list[MemoryItem] = []
-    for item in memory:
-        if item.category == "optimizer" and opt_off:
-            out.append(item.model_copy(update={"tier": "host"}))
-        elif item.category == "activations" and isinstance(act_off, ActivationOffload):
-            out.append(item.model_copy(update={"bytes": item.bytes * (1 - act_off.fraction)}))
-            out.append(MemoryItem(tier="host", category="activations", bytes=item.bytes * act_off.fraction))
-        else:
-            out.append(item)
-    if sync.error_feedback_bytes_per_param:
-        out.append(MemoryItem(category="buffers", bytes=params * sync.error_feedback_bytes_per_param))
-    return out
+        payload = params * by_sync("bytes_per_element")
+        # ZeRO 0-2: one all-reduce (or a gather of every rank's message) per synchronisation; ZeRO-3: per
+        # micro-batch a gradient reduce-scatter and parameter all-gathers in forward and backward
+        ar, ag, rs = has & ~z3 & ~gather, has & ~z3 & gather, has & z3
+        sync = 1.0 / period
+        streams += [
+            Stream(
+                f"DP gradient all-reduce{tag}",
+                "all-reduce",
+                payload,
+                np.where(ar, sync, 0.0),
+                ar,
+                group,
+                stride,
+                method=True,
+            ),
+            Stream(
+                f"DP gradient all-gather{tag}",
+                "all-gather",
+                payload * group,
+                np.where(ag, sync, 0.0),
+                ag,
+                group,
+                stride,
+                method=True,
+            ),
+            Stream(
+                f"ZeRO-3 gradient reduce-scatter{tag}",
+                "reduce-scatter",
+                payload,
+                np.where(rs, mb, 0.0),
+                rs,
+                group,
+                stride,
+            ),
+            Stream(
+                f"ZeRO-3 parameter all-gather (fwd+bwd){tag}",
+                "all-gather",
+                params * wb,
+                np.where(rs, 2.0 * mb, 0.0),
+                rs,
+                group,
+                stride,
+            ),
+        ]
+    if m.moe and e > 1:  # dispatch and combine, forward and backward, per MoE layer (GShard §2.2)
+        k = m.moe.experts_per_token
+        moe = moe_peak > 0
+        a2a = np.where(moe, moe_peak * mb * (4.0 + extra), 0.0)
+        streams.append(Stream("EP token all-to-all", "all-to-all", b * s * k * h * act / t, a2a, moe, e, t))
+    # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back, and the CPU's Adam step
+    # streams the states through host DRAM (overlapped by the one-step delay, §4.2)
+    streams += [
+        Stream(
+            "optimizer offload: gradients down, weights up",
+            "p2p",
+            np.where(off, g_dev + w_dev, 0.0),
+            np.where(off, 2.0, 0.0),
+            off,
+            tier="host",
+        ),
+        Stream(
+            "optimizer offload: CPU update",
+            "p2p",
+            np.where(off, 2.0 * opt_peak + g_dev + w_dev, 0.0),
+            np.where(off, 1.0, 0.0),
+            off,
+            tier="host_dram",
+        ),
+        Stream(
+            "activation offload",
+            "p2p",
+            2.0 * a_off * per_mb_acts * mb,  # out in forward, back in backward
+            np.where(a_off > 0, 2.0 * mb * layers_peak, 0.0),
+            a_off > 0,
+            tier="host",
+        ),
+    ]
+    heavy = np.array([x.method in ("topk", "sign", "powersgd") for x in syncs])[comp]
+    return Columns(
+        mb,
+        divisible,
+        peak,
+        stage_w[peak, pick],
+        stage_g[peak, pick],
+        opt_peak,
+        acts_peak,
+        buffers,
+        hbm_resident,
+        host_resident,
+        params_peak,
+        per_mb_acts,
+        layers_peak,
+        fwd,
+        recomp,
+        exchange,
+        model_total,
+        hbm,
+        streams,
+        period * ones,
+        heavy,
+    )
 
 
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
+    """The ledger of one training step: the columns of a batch of one plan."""
     lay = layout(m, job, plan, system)
-    t, p, d, e, mb = lay.tp, lay.pp, lay.dp, lay.ep, lay.num_microbatches
-    s, b = job.seq_len, lay.micro_batch
-    act = BYTES_PER_DTYPE[plan.compute_dtype]
-
-    # --- memory: the stage with the largest footprint is the busiest device
-    _, peak_stage, states, acts = peak_memory(m, job, plan, lay)
-    memory = [
-        MemoryItem(category="weights", bytes=states.weights),
-        MemoryItem(category="gradients", bytes=states.gradients),
-        MemoryItem(category="optimizer", bytes=states.optimizer),
-        MemoryItem(category="activations", bytes=acts),
-    ]
-
-    # --- FLOPs: the slowest stage sets the pace of the pipeline
-    per_stage = [_stage_flops(m, job, lay, st) for st in range(p)]
-    dense_f, score_f = max(per_stage, key=lambda x: x[0] + x[1])
-    fwd = dense_f + score_f
-    recompute = {"none": 0.0, "selective": score_f, "full": fwd}[plan.recompute]
-    if plan.flash_attention:  # FA backward recomputes QK^T: 2.5x forward instead of 2x (Dao 2023, §3.1)
-        recompute += 0.5 * score_f * (1.0 if plan.recompute != "full" else 0.0)
-    tf = token_flops(m)
-    tokens = float(job.global_batch * s)
-    model_total = 3.0 * tokens * (tf.dense + score_flops_per_query(m, s))
-
-    # --- HBM traffic on the busiest device (lower bound: each operand moved once per use)
-    rep, expert = stage_params(m, lay, peak_stage)
-    w_dev = (rep + expert) * BYTES_PER_DTYPE[plan.weights_dtype]
-    g_dev = (rep + expert) * BYTES_PER_DTYPE[plan.grads_dtype]
-    per_mb_acts = _activations(m, job, plan, lay, peak_stage) / max(min(p - peak_stage, mb), 1)
-    hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
-    offload_opt = find(plan, "optimizer-offload") is not None
-    if not offload_opt:
-        hbm += 2.0 * states.optimizer + g_dev + w_dev  # optimizer step: read+write states, read grads, write weights
-
-    # --- communication
-    dense_l, moe_l = stage_layers(m, p, peak_stage)
-    layers = dense_l + moe_l
-    a_bytes = b * s * m.hidden_size * act
-    per_layer = 4 + (2 if plan.recompute == "full" else 0)
-    traffic = [
-        coll.traffic(TP_TRAFFIC, "all-reduce", a_bytes, t, layers * mb * per_layer, 1, system),
-        coll.traffic(PP_TRAFFIC, "p2p", a_bytes / t, p, 2 * mb, t * d, system) if p > 1 else None,
-    ]
     sync = grad_sync(m, plan)
-    traffic += _grad_traffic(sync, rep, expert, plan, lay, system)
-    if m.moe and e > 1 and moe_l:
-        k = m.moe.experts_per_token
-        a2a = 4 + (2 if plan.recompute == "full" else 0)
-        traffic.append(
-            coll.traffic(
-                "EP token all-to-all", "all-to-all", b * s * k * m.hidden_size * act / t, e, moe_l * mb * a2a, t, system
-            )
-        )
+    L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
+    row = Rows.of(plan)
+    c = columns(m, job, plan, L, row, [sync])
+    t, p, mb = lay.tp, lay.pp, lay.num_microbatches
+    s, b = job.seq_len, lay.micro_batch
+    offload = bool(row.optimizer_offload[0])  # the optimizer's states live in host memory
 
-    # --- exchanges: gradient compression / local SGD work, offloads to host memory
-    hbm += (rep + expert) * sync.hbm_bytes_per_element / sync.period
-    overhead = (rep + expert) * sync.flops_per_param / sync.period
-    memory = _with_offloads(plan, memory, rep + expert, sync)
+    memory = [
+        MemoryItem(category="weights", bytes=float(c.weights[0])),
+        MemoryItem(category="gradients", bytes=float(c.gradients[0])),
+        MemoryItem(category="optimizer", bytes=float(c.optimizer[0]), tier="host" if offload else "hbm"),
+    ]
+    acts = float(c.activations[0])
     act_off = find(plan, "activation-offload")
-    if offload_opt:  # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back,
-        # and the CPU's Adam step streams the states through host DRAM (overlapped by the one-step delay, §4.2)
-        traffic.append(coll.transfer("optimizer offload: gradients down, weights up", "host", g_dev + w_dev, 2.0))
-        cpu = 2.0 * states.optimizer + g_dev + w_dev
-        traffic.append(coll.transfer("optimizer offload: CPU update", "host_dram", cpu, 1.0))
-    if isinstance(act_off, ActivationOffload):  # saved activations out in forward, back in backward
-        traffic.append(
-            coll.transfer("activation offload", "host", 2.0 * act_off.fraction * per_mb_acts * mb, 2.0 * mb * layers)
-        )
+    if isinstance(act_off, ActivationOffload):
+        memory.append(MemoryItem(category="activations", bytes=acts * (1 - act_off.fraction)))
+        memory.append(MemoryItem(tier="host", category="activations", bytes=acts * act_off.fraction))
+    else:
+        memory.append(MemoryItem(category="activations", bytes=acts))
+    if sync.error_feedback_bytes_per_param:
+        memory.append(MemoryItem(category="buffers", bytes=float(c.buffers[0])))
+
+    traffic: list[Traffic | None] = []
+    for x in c.streams:
+        if not x.present[0]:
+            continue
+        if x.tier is not None:
+            traffic.append(coll.transfer(x.purpose, x.tier, float(x.payload[0]), float(x.times[0])))
+            continue
+        purpose = x.purpose + (f", {sync.method}" if x.method and sync.method != "none" else "")
+        traffic.append(coll.traffic(purpose, x.kind, float(x.payload[0]), x.group, float(x.times[0]), x.stride, system))
 
     v = plan.virtual_stages
+    tokens = float(job.global_batch * s)
+    fwd = c.forward
     phase = PhaseLedger(
         phase="train_step",
         tokens=tokens,
-        flops=Flops(forward=fwd, backward=2.0 * fwd, recompute=recompute, exchange=overhead, model_total=model_total),
+        flops=Flops(
+            forward=fwd,
+            backward=2.0 * fwd,
+            recompute=float(c.recompute[0]),
+            exchange=float(c.exchange[0]),
+            model_total=c.model_total,
+        ),
         gemm_rows=float(b * s),
-        hbm_bytes=hbm,
+        hbm_bytes=float(c.hbm_bytes[0]),
         traffic=[x for x in traffic if x is not None],
         pipeline_bubble_fraction=(p - 1) / (mb * v),
-        operators=mb * layers * OPERATORS_PER_LAYER * (3.0 + (plan.recompute == "full")),
+        operators=mb * float(c.layers_peak[0]) * OPERATORS_PER_LAYER * (3.0 + (plan.recompute == "full")),
     )
     pc = count(m)
     return Ledger(
@@ -309,7 +530,13 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         num_devices=system.num_devices,
         compute_dtype=plan.compute_dtype,
         parallelism=Parallelism(
-            tp=t, pp=p, dp=d, ep=e, zero=plan.zero, recompute=plan.recompute, sequence_parallel=plan.sequence_parallel
+            tp=t,
+            pp=p,
+            dp=lay.dp,
+            ep=lay.ep,
+            zero=plan.zero,
+            recompute=plan.recompute,
+            sequence_parallel=plan.sequence_parallel,
         ),
         phases=[phase],
         memory=memory,

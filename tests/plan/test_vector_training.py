@@ -1,6 +1,7 @@
-"""The vectorized training pricer equals the scalar ledger + estimate on every configuration of small spaces:
+"""The planner's row-wise pricing equals the one-plan ledger + estimate on every configuration of small spaces:
 the operator model on GPUs (one step model, :func:`aitrinity.cost.estimate.estimate_training`), the phase
-roofline elsewhere."""
+roofline elsewhere. Both read the ledger from :func:`aitrinity.cost.training.columns`; what this checks is the
+two pricings of it (and the one-plan ledger's assembly from the columns)."""
 
 import itertools
 
