@@ -20,7 +20,12 @@ devices x time (TDP unless the scenario gives a power: an upper bound).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
 from aitrinity.cost.training import PP_TRAFFIC, TP_TRAFFIC
@@ -157,7 +162,14 @@ def combine(times: list[float], overlap: str, fraction: float) -> float:
     """Combine resource times under an overlap model (see module doc)."""
     if not times:
         return 0.0
-    hi, total = max(times), sum(times)
+    return float(combine_rows(times, overlap, fraction))
+
+
+def combine_rows(times: Sequence[ArrayLike], overlap: str, fraction: float) -> NDArray[np.float64]:
+    """:func:`combine` for arrays of rows (the planner's candidates): max, sum or partial overlap."""
+    stacked = np.stack([np.asarray(t, dtype=np.float64) for t in times])
+    hi: NDArray[np.float64] = stacked.max(axis=0)
+    total: NDArray[np.float64] = stacked.sum(axis=0)
     if overlap == "max":
         return hi
     if overlap == "sum":
@@ -526,6 +538,34 @@ def estimate_training(
     return price_training(ledger, system, st, kernels.source, notes)
 
 
+@dataclass(frozen=True)
+class GpuStep:
+    """A GPU training step timed by the operator model (arrays of rows, or one plan's numbers)."""
+
+    time_s: NDArray[np.float64]
+    compute_s: NDArray[np.float64]
+    """The GEMM and attention kernels (and a compressor's matmuls)."""
+    latency_s: NDArray[np.float64]
+    """The GPU's busy time above the slowest roofline resource: launches, collective latency, memory-bound
+    kernels in series with the GEMMs."""
+
+
+def gpu_training_step(
+    st: StepTimes, exchange_s: ArrayLike, resources: Sequence[ArrayLike], streams: Sequence[ArrayLike], system: System
+) -> GpuStep:
+    """The step of :func:`price_training` for one plan or the planner's rows: the GPU's busy time and bubble,
+    combined with the ``streams`` the operator model does not time under the system's overlap model, never
+    below the slowest of compute and the roofline ``resources`` (device memory, links)."""
+    ex = np.asarray(exchange_s, dtype=np.float64)
+    compute = np.asarray(st.microbatches * (st.per_microbatch.gemm + st.per_microbatch.attention), dtype=np.float64)
+    compute = compute + ex
+    busy = np.asarray(st.busy + st.optimizer_s, dtype=np.float64) + ex
+    floor = np.max(np.stack(np.broadcast_arrays(compute, *(np.asarray(r, dtype=np.float64) for r in resources))), 0)
+    bubble = np.asarray(st.bubble_s, dtype=np.float64)
+    time_s = np.maximum(combine_rows([busy + bubble, *streams], system.overlap, system.overlap_fraction), floor)
+    return GpuStep(time_s, compute, np.maximum(busy - floor, 0.0))
+
+
 def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, notes: list[str]) -> Estimate:
     """The Estimate of a training step timed by the operator model (:mod:`aitrinity.cost.train_operators`).
 
@@ -540,22 +580,22 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     ops = {c: float(t) * mb for c, t in st.per_microbatch.by_class().items()}
     rate = system.device.peak_flops_for(ledger.compute_dtype) * system.eff.compute_at(led.gemm_rows)
     exchange_s = led.flops.exchange / rate
+    rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
+    unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
+    others = ph.resources[1:]
+    step = gpu_training_step(
+        st, exchange_s, [r.time_s for r in others], [r.time_s for r in unpriced if r.kind == "link"], system
+    )
+    time_s = float(step.time_s)
     compute = ResourceTime(
         id="compute",
         resource="compute",
         kind="compute",
-        time_s=ops["gemm"] + ops["attention"] + exchange_s,
+        time_s=float(step.compute_s),
         detail=f"{format_flops(led.flops.hardware)} in GEMM and attention kernels ({kernels})",
     )
-    rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
-    unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
-    streams = [r.time_s for r in unpriced if r.kind == "link"]
-    busy = float(st.busy) + float(st.optimizer_s) + exchange_s
-    others = ph.resources[1:]
-    floor = max([compute.time_s, *(r.time_s for r in others)])
-    time_s = max(combine([busy + float(st.bubble_s), *streams], system.overlap, system.overlap_fraction), floor)
     latency = _launch_latency(
-        busy - floor,
+        float(step.latency_s),
         "TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
     )
     parts = {

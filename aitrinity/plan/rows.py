@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from aitrinity.cost.estimate import combine_rows
 from aitrinity.spec.scenario import System
 
 F = NDArray[np.float64]
@@ -15,15 +16,7 @@ Ints = NDArray[np.int64]
 
 def combine(times: Sequence[F], system: System) -> F:
     """:func:`aitrinity.cost.estimate.combine` for arrays of rows: max, sum or partial overlap."""
-    stacked = np.stack(times)
-    hi, total = stacked.max(axis=0), stacked.sum(axis=0)
-    if system.overlap == "max":
-        out: F = hi
-    elif system.overlap == "sum":
-        out = total
-    else:
-        out = hi + (1.0 - system.overlap_fraction) * (total - hi)
-    return out
+    return combine_rows(times, system.overlap, system.overlap_fraction)
 
 
 def first_failed(checks: Sequence[NDArray[np.bool_]], n: int) -> Ints:

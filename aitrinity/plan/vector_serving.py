@@ -256,11 +256,7 @@ def price_rows_deferred(
     def resources(flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F]) -> Phase:
         """:func:`aitrinity.cost.estimate.resource_times`, row-wise."""
         eff = system.eff
-        curve = (
-            eff.compute
-            if eff.compute_half_rows <= 0
-            else eff.compute * rows_per_gemm / (rows_per_gemm + eff.compute_half_rows)
-        )
+        curve = eff.compute_at(rows_per_gemm)
         compute = flops / (system.device.peak_flops_for(base.compute_dtype) * curve)
         moved = np.zeros(n)
         links: dict[str, F] = {}

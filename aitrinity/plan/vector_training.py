@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, grad_sync
+from aitrinity.cost.estimate import gpu_training_step
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.train_operators import (
@@ -191,11 +192,7 @@ def price_rows(
     # --- pricing (estimate.resource_times + combine, vectorized)
     eff = system.eff
     rows_per_gemm = b * s
-    curve = (
-        eff.compute
-        if eff.compute_half_rows <= 0
-        else eff.compute * rows_per_gemm / (rows_per_gemm + eff.compute_half_rows)
-    )  # Efficiency.compute_at, row-wise
+    curve = eff.compute_at(rows_per_gemm)
     rate = system.device.peak_flops_for(base.compute_dtype) * curve
     times = [hardware / rate, c.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory)]
     for ch in _CHANNELS:
@@ -219,8 +216,6 @@ def price_rows(
         per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
         opt_bytes = np.where(off, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)
         sched = schedule(per_mb, kernels, p, v, mb, send / mb, opt_bytes)
-        exchange_s = c.exchange / rate
-        ops_compute = mb * (sched.per_microbatch.gemm + sched.per_microbatch.attention) + exchange_s
         streams = []
         for i, ch in enumerate(_CHANNELS):
             if ch in timed_bytes:
@@ -229,10 +224,9 @@ def price_rows(
                 streams.append(rest_m * spec.latency_s + rest_b / spec.bandwidth_Bps)
             else:
                 streams.append(times[2 + i])
-        busy = sched.busy + sched.optimizer_s + exchange_s
-        floor = np.max(np.stack([ops_compute, *times[1:]]), axis=0)
-        step = np.maximum(combine([busy + sched.bubble_s, *streams], system), floor)
-        times = [ops_compute, *times[1:], np.maximum(busy - floor, 0.0)]
+        gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system)
+        step = np.asarray(gpu.time_s)
+        times = [np.asarray(gpu.compute_s), *times[1:], np.asarray(gpu.latency_s)]
 
     # --- feasibility, first failed constraint wins
     host_cap = system.tier_capacity_per_device("host") or 0.0

@@ -7,7 +7,7 @@ bandwidth is the device's peak to its own memory.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,7 +44,8 @@ class Efficiency(Spec):
     memory: Fraction = 0.85
     op_overhead_s: float = Field(default=0.0, ge=0)
 
-    def compute_at(self, rows: float) -> float:
+    def compute_at(self, rows: Any) -> Any:
+        """The GEMM efficiency at ``rows`` rows (a number, or an array of them: the planner's rows)."""
         if self.compute_half_rows <= 0:
             return self.compute
         return self.compute * rows / (rows + self.compute_half_rows)
