@@ -23,10 +23,16 @@ devices iff ``stride * size <= devices_per_node``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
 
 from aitrinity.cost.ledger import Channel, Traffic
 from aitrinity.spec.scenario import System
+
+F = NDArray[np.float64]
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"]
 
@@ -89,3 +95,64 @@ def transfer(purpose: str, channel: Channel, nbytes: float, messages: float) -> 
         bytes_per_device=nbytes,
         messages=messages,
     )
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One traffic item of many rows (candidate plans) at once: a collective repeated ``times`` over ``group``
+    ranks ``stride`` apart, or (with ``tier``) a transfer of ``payload`` bytes in ``times`` messages between a
+    device and a memory tier. ``payload`` and ``times`` are zero where a row has none; ``present`` says which
+    rows have it (a one-plan ledger lists the item only then)."""
+
+    purpose: str
+    kind: Collective
+    payload: F
+    times: F
+    present: NDArray[np.bool_]
+    group: int = 1
+    stride: int = 1
+    tier: Channel | None = None
+    timed: bool = False
+    """The operator model times it itself (TP collectives, pipeline sends)."""
+    method: bool = False
+    """Its purpose names the row's gradient compressor."""
+
+    def channel(self, system: System) -> Channel | None:
+        """The channel it moves on (None: a single rank, nothing moves)."""
+        if self.tier is not None:
+            return self.tier
+        if self.group <= 1 and self.kind != "p2p":
+            return None
+        crosses = crosses_nodes(self.stride, self.group if self.kind != "p2p" else 2, system.devices_per_node)
+        return "inter_node" if crosses and system.inter_node_link else "intra_node"
+
+    def traffic(self, i: int, system: System, purpose: str | None = None) -> Traffic | None:
+        """Row ``i``'s item as the ledger lists it (None where it has none)."""
+        if not self.present[i]:
+            return None
+        label = purpose or self.purpose
+        if self.tier is not None:
+            return transfer(label, self.tier, float(self.payload[i]), float(self.times[i]))
+        return traffic(label, self.kind, float(self.payload[i]), self.group, float(self.times[i]), self.stride, system)
+
+    def sent(self) -> tuple[F, F]:
+        """(bytes, messages) per row on its channel."""
+        if self.tier is not None:
+            return self.payload, self.times
+        return self.times * bytes_sent(self.kind, 1.0, self.group) * self.payload, self.times * steps(
+            self.kind, self.group
+        )
+
+
+def channel_totals(streams: list[Stream], system: System, n: int) -> tuple[dict[str, F], dict[str, F]]:
+    """Bytes and messages per channel of ``n`` rows, summed over their streams in order."""
+    nbytes: dict[str, F] = {}
+    msgs: dict[str, F] = {}
+    for x in streams:
+        ch = x.channel(system)
+        if ch is None:
+            continue
+        b, m = x.sent()
+        nbytes[ch] = nbytes.get(ch, np.zeros(n)) + b
+        msgs[ch] = msgs.get(ch, np.zeros(n)) + m
+    return nbytes, msgs

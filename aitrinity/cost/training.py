@@ -33,13 +33,11 @@ from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, find, grad_sync
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, layer_dense_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import (
-    Channel,
     Flops,
     Ledger,
     MemoryItem,
     Parallelism,
     PhaseLedger,
-    Traffic,
     TrainingFacts,
 )
 from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
@@ -213,25 +211,6 @@ def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: in
 
 
 @dataclass(frozen=True)
-class Stream:
-    """One traffic item of every row: a collective repeated ``times`` over ``group`` ranks ``stride`` apart, or (with
-    ``tier``) a transfer of ``payload`` bytes in ``times`` messages to a memory tier. Zero where a row has none."""
-
-    purpose: str
-    kind: coll.Collective
-    payload: F
-    times: F
-    present: B
-    group: int = 1
-    stride: int = 1
-    tier: Channel | None = None
-    timed: bool = False
-    """The operator model times it itself (TP collectives, pipeline sends)."""
-    method: bool = False
-    """Its purpose names the gradient compressor of the row."""
-
-
-@dataclass(frozen=True)
 class Columns:
     """The ledger of every row, as columns (the busiest device: peak-memory stage for memory and traffic, the
     stage with the most FLOPs for compute)."""
@@ -259,7 +238,7 @@ class Columns:
     """The compressor's FLOPs."""
     model_total: float
     hbm_bytes: F
-    streams: list[Stream]
+    streams: list[coll.Stream]
     period: F
     """Synchronise every ``period`` steps (local SGD)."""
     heavy: B
@@ -353,9 +332,9 @@ def columns(
     moe_peak = np.array([y for _, y in L.layers], dtype=np.float64)[peak]
     a_bytes = b * s * h * act
     extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
-    streams = [Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
+    streams = [coll.Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
     if p > 1:
-        streams.append(Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb, yes, p, t * d, timed=True))
+        streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb, yes, p, t * d, timed=True))
     gather = np.array([x.collective == "all-gather" for x in syncs])[comp]
     z3 = zero >= 3
     for tag, params, group, stride in (("", rep_peak, d, t), (" (experts)", exp_peak, d // e, t * e)):
@@ -368,7 +347,7 @@ def columns(
         ar, ag, rs = has & ~z3 & ~gather, has & ~z3 & gather, has & z3
         sync = 1.0 / period
         streams += [
-            Stream(
+            coll.Stream(
                 f"DP gradient all-reduce{tag}",
                 "all-reduce",
                 payload,
@@ -378,7 +357,7 @@ def columns(
                 stride,
                 method=True,
             ),
-            Stream(
+            coll.Stream(
                 f"DP gradient all-gather{tag}",
                 "all-gather",
                 payload * group,
@@ -388,7 +367,7 @@ def columns(
                 stride,
                 method=True,
             ),
-            Stream(
+            coll.Stream(
                 f"ZeRO-3 gradient reduce-scatter{tag}",
                 "reduce-scatter",
                 payload,
@@ -397,7 +376,7 @@ def columns(
                 group,
                 stride,
             ),
-            Stream(
+            coll.Stream(
                 f"ZeRO-3 parameter all-gather (fwd+bwd){tag}",
                 "all-gather",
                 params * wb,
@@ -411,11 +390,11 @@ def columns(
         k = m.moe.experts_per_token
         moe = moe_peak > 0
         a2a = np.where(moe, moe_peak * mb * (4.0 + extra), 0.0)
-        streams.append(Stream("EP token all-to-all", "all-to-all", b * s * k * h * act / t, a2a, moe, e, t))
+        streams.append(coll.Stream("EP token all-to-all", "all-to-all", b * s * k * h * act / t, a2a, moe, e, t))
     # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back, and the CPU's Adam step
     # streams the states through host DRAM (overlapped by the one-step delay, §4.2)
     streams += [
-        Stream(
+        coll.Stream(
             "optimizer offload: gradients down, weights up",
             "p2p",
             np.where(off, g_dev + w_dev, 0.0),
@@ -423,7 +402,7 @@ def columns(
             off,
             tier="host",
         ),
-        Stream(
+        coll.Stream(
             "optimizer offload: CPU update",
             "p2p",
             np.where(off, 2.0 * opt_peak + g_dev + w_dev, 0.0),
@@ -431,7 +410,7 @@ def columns(
             off,
             tier="host_dram",
         ),
-        Stream(
+        coll.Stream(
             "activation offload",
             "p2p",
             2.0 * a_off * per_mb_acts * mb,  # out in forward, back in backward
@@ -492,15 +471,8 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     if sync.error_feedback_bytes_per_param:
         memory.append(MemoryItem(category="buffers", bytes=float(c.buffers[0])))
 
-    traffic: list[Traffic | None] = []
-    for x in c.streams:
-        if not x.present[0]:
-            continue
-        if x.tier is not None:
-            traffic.append(coll.transfer(x.purpose, x.tier, float(x.payload[0]), float(x.times[0])))
-            continue
-        purpose = x.purpose + (f", {sync.method}" if x.method and sync.method != "none" else "")
-        traffic.append(coll.traffic(purpose, x.kind, float(x.payload[0]), x.group, float(x.times[0]), x.stride, system))
+    method = f", {sync.method}" if sync.method != "none" else ""
+    traffic = [x.traffic(0, system, x.purpose + method if x.method else None) for x in c.streams]
 
     v = plan.virtual_stages
     tokens = float(job.global_batch * s)

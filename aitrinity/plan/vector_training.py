@@ -159,31 +159,15 @@ def price_rows(
     n, p, mb = len(rows), pp, c.mb
     rec, sp, v = rows.recompute, rows.sequence_parallel, rows.virtual_stages.astype(np.float64)
 
-    # --- link bytes and messages per channel
-    dpn = system.devices_per_node
-    ch_bytes = {ch: np.zeros(n) for ch in _CHANNELS}
-    ch_msgs = {ch: np.zeros(n) for ch in _CHANNELS}
-    timed_bytes = {ch: np.zeros(n) for ch in ("intra_node", "inter_node")}  # what the operator model times itself
-    timed_msgs = {ch: np.zeros(n) for ch in timed_bytes}
+    # --- link bytes and messages per channel; the operator model times the TP and PP streams itself
+    ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)
+    timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
     send = np.zeros(n)
     for x in c.streams:
-        if x.tier is not None:
-            ch_bytes[x.tier] += x.payload
-            ch_msgs[x.tier] += x.times
-            continue
-        if x.group <= 1 and x.kind != "p2p":
-            continue  # a single rank: nothing moves
-        crosses = coll.crosses_nodes(x.stride, x.group if x.kind != "p2p" else 2, dpn) and system.inter_node_link
-        ch = "inter_node" if crosses else "intra_node"
-        nbytes = x.times * coll.bytes_sent(x.kind, 1.0, x.group) * x.payload
-        msgs = x.times * coll.steps(x.kind, x.group)
-        ch_bytes[ch] += nbytes
-        ch_msgs[ch] += msgs
-        if x.timed:
-            timed_bytes[ch] += nbytes
-            timed_msgs[ch] += msgs
-        if x.purpose == PP_TRAFFIC:
-            spec = system.channel(ch)
+        link = x.channel(system)
+        if x.purpose == PP_TRAFFIC and link is not None:
+            spec = system.channel(link)
+            nbytes, msgs = x.sent()
             send = np.broadcast_to(msgs * spec.latency_s + nbytes / spec.bandwidth_Bps, (n,))
     hardware = 3.0 * c.forward + c.recompute + c.exchange
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
@@ -195,12 +179,13 @@ def price_rows(
     curve = eff.compute_at(rows_per_gemm)
     rate = system.device.peak_flops_for(base.compute_dtype) * curve
     times = [hardware / rate, c.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory)]
+    zeros = np.zeros(n)
     for ch in _CHANNELS:
         if ch == "host_dram" and system.host_memory is None:
-            times.append(np.zeros(n))  # only offloading rows use it, and they are infeasible without host memory
+            times.append(zeros)  # only offloading rows use it, and they are infeasible without host memory
             continue
         spec = system.channel(ch)
-        times.append(ch_msgs[ch] * spec.latency_s + ch_bytes[ch] / spec.bandwidth_Bps)
+        times.append(ch_msgs.get(ch, zeros) * spec.latency_s + ch_bytes.get(ch, zeros) / spec.bandwidth_Bps)
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
     if kernels is None:
@@ -218,9 +203,10 @@ def price_rows(
         sched = schedule(per_mb, kernels, p, v, mb, send / mb, opt_bytes)
         streams = []
         for i, ch in enumerate(_CHANNELS):
-            if ch in timed_bytes:
+            if ch in ("intra_node", "inter_node"):
                 spec = system.channel(ch)
-                rest_b, rest_m = ch_bytes[ch] - timed_bytes[ch], ch_msgs[ch] - timed_msgs[ch]
+                rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
+                rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
                 streams.append(rest_m * spec.latency_s + rest_b / spec.bandwidth_Bps)
             else:
                 streams.append(times[2 + i])
@@ -249,7 +235,7 @@ def price_rows(
         step_time_s=step,
         hbm_bytes=c.hbm_resident,
         host_bytes=c.host_resident,
-        link_bytes=ch_bytes["intra_node"] + ch_bytes["inter_node"] + ch_bytes["host"],
+        link_bytes=ch_bytes.get("intra_node", zeros) + ch_bytes.get("inter_node", zeros) + ch_bytes.get("host", zeros),
         compute_s=times[0],
         binding=np.argmax(np.stack(times), axis=0),
         usd_per_step=step * (price * nodes / 3600.0 if price is not None else np.nan),
