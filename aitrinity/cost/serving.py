@@ -38,12 +38,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import find
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
-from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts, Traffic
+from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import count
 from aitrinity.errors import SpecError
@@ -58,6 +62,9 @@ from aitrinity.spec.exchanges import (
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, check_plan
+
+F = NDArray[np.float64]
+Ints = NDArray[np.int64]
 
 CHANNEL_OF_TIER: dict[str, Channel] = {"host": "host", "ssd": "storage", "remote": "remote"}
 
@@ -164,6 +171,11 @@ def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> 
     return kv_tokens_held(m, context) * _kv_per_token_per_device(m, plan)
 
 
+def _workspace_width(m: ModelSpec, plan: Plan) -> float:
+    ffn = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
+    return 2 * m.hidden_size + (2 * m.hidden_size + (3 if m.mlp == "gated" else 2) * ffn) / plan.tp
+
+
 def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
     """Transient activations of one prefill chunk of ``tokens`` tokens on one device.
 
@@ -172,10 +184,7 @@ def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
     output (~4h per token) and the MLP intermediates (3f gated, 2f standard),
     the last two split by TP. The chunk is capped by ``plan.prefill_chunk_tokens``.
     """
-    act = BYTES_PER_DTYPE[plan.compute_dtype]
-    ffn = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
-    width = 2 * m.hidden_size + (2 * m.hidden_size + (3 if m.mlp == "gated" else 2) * ffn) / plan.tp
-    return min(tokens, plan.prefill_chunk_tokens) * width * act
+    return min(tokens, plan.prefill_chunk_tokens) * _workspace_width(m, plan) * BYTES_PER_DTYPE[plan.compute_dtype]
 
 
 def logits_bytes_per_sequence(m: ModelSpec) -> float:
@@ -205,37 +214,244 @@ def max_batch(m: ModelSpec, plan: Plan, system: System, job: ServingJob) -> int:
     return fit
 
 
-def _experts_touched(m: ModelSpec, tokens: float) -> float:
-    """Expected fraction of routed experts a batch of ``tokens`` activates per layer (uniform routing)."""
-    if not m.moe:
-        return 1.0
-    k, n = m.moe.experts_per_token, m.moe.num_experts
-    return 1.0 - float((1.0 - k / n) ** tokens)
+# ---------------------------------------------------------------------------------------------- rows and columns
+# The phases and memory are computed once, on arrays: one row per candidate (batch, KV offload fraction, weight and
+# KV quantization) of a layout. The planner prices many rows (aitrinity.plan.vector_serving); the ledger of one plan
+# is a batch of one.
+
+WEIGHT_DTYPES = ("none", "fp8", "int8", "int4")
+"""Weight quantization of a row (``ServingRows.weight_dtype`` indexes it; "none": the plan's own dtype)."""
+KV_DTYPES = ("none", "fp8", "int8")
+"""KV-cache quantization of a row ("none": the plan's own cache dtype)."""
 
 
-def _weights_read(m: ModelSpec, plan: Plan, tokens: float) -> float:
-    """Weight bytes one device streams for a step processing ``tokens`` tokens."""
-    pc = count(m)
-    wb = BYTES_PER_DTYPE[plan.weights_dtype]
-    touched = pc.non_expert + pc.routed_experts * _experts_touched(m, tokens) / plan.ep
-    return touched * wb / (plan.tp * plan.pp)
+@dataclass(frozen=True)
+class ServingRows:
+    batch: Ints
+    kv_offload: F
+    """Fraction of the KV cache kept in a lower tier (``ServingArrays.kv_tier``)."""
+    weight_dtype: Ints  # index into WEIGHT_DTYPES
+    kv_dtype: Ints  # index into KV_DTYPES
+
+    def __len__(self) -> int:
+        return len(self.batch)
 
 
-def _traffic(m: ModelSpec, plan: Plan, system: System, tokens: float) -> list[Traffic]:
-    """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch)."""
-    payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
-    found = [
-        coll.traffic("TP activations (per layer)", "all-reduce", payload, plan.tp, 2 * m.num_layers, 1, system),
-        coll.traffic("PP activations", "p2p", payload, plan.pp, plan.pp - 1, plan.tp, system) if plan.pp > 1 else None,
-    ]
-    return [t for t in found if t is not None]
+@dataclass(frozen=True)
+class PhaseColumns:
+    """A phase of every row along one batch's path (see module doc)."""
+
+    tokens: F
+    forward: F
+    """FLOPs on one TP rank: the model's total / tp."""
+    exchange: F
+    """Dequantization of quantized weights."""
+    model_total: F
+    gemm_rows: F
+    hbm_bytes: F
+    streams: list[coll.Stream]
+    operators: F
+
+    def ledger(self, phase: str, i: int, system: System) -> PhaseLedger:
+        """Row ``i`` as the ledger's phase."""
+        return PhaseLedger(
+            phase=phase,
+            tokens=float(self.tokens[i]),
+            flops=Flops(
+                forward=float(self.forward[i]),
+                exchange=float(self.exchange[i]),
+                model_total=float(self.model_total[i]),
+            ),
+            gemm_rows=float(self.gemm_rows[i]),
+            hbm_bytes=float(self.hbm_bytes[i]),
+            traffic=[t for t in (x.traffic(i, system) for x in self.streams) if t is not None],
+            operators=float(self.operators[i]),
+        )
 
 
-def _weight_stream(m: ModelSpec, plan: Plan, fx: ServingEffects, read: float, passes: int) -> list[Traffic]:
-    ws = fx.weight_stream
-    if not ws:
-        return []
-    return [coll.transfer("weight streaming", ws.channel, passes * ws.fraction * read * plan.pp, passes * m.num_layers)]
+@dataclass(frozen=True)
+class MemoryColumns:
+    """Resident bytes per device of every row, by item."""
+
+    weights: F
+    """Before weight streaming moves a share to its tier."""
+    kv_cache: F
+    """Before KV offload moves a share to its tier."""
+    buffers: F
+    prefix_cache: float
+    """The replica's prefix cache, spread over its devices (in ``fx.prefix_tier``)."""
+
+
+@dataclass(frozen=True)
+class ServingArrays:
+    """The phases and memory of every row of one layout (the plan's ``tp``, ``pp``): ``plan`` carries the
+    scenario's dtypes and exchanges as :func:`effects` applied them, the rows their own quantization and KV
+    offload on top."""
+
+    m: ModelSpec
+    plan: Plan
+    fx: ServingEffects
+    rows: ServingRows
+    kv_tier: str = "host"
+    """Where a row's offloaded KV lives."""
+
+    @cached_property
+    def per_row(self) -> tuple[F, F, F, F, F]:
+        """(weight bytes, KV bytes per value, KV bytes per token per device, KV wire ratio, dequant FLOPs per
+        weight) of every row."""
+        m, plan, fx, rows = self.m, self.plan, self.fx, self.rows
+        base_w, base_kv = BYTES_PER_DTYPE[plan.weights_dtype], BYTES_PER_DTYPE[plan.cache_dtype]
+        wq = np.array([base_w, *(BYTES_PER_DTYPE[d] for d in WEIGHT_DTYPES[1:])])[rows.weight_dtype]
+        kq = np.array([base_kv, *(BYTES_PER_DTYPE[d] for d in KV_DTYPES[1:])])[rows.kv_dtype]
+        # KVCompression's ratio is bits / (8 x KV bytes): it follows the KV dtype of the row; the scale does not
+        ratio = fx.kv_wire_ratio * base_kv / kq if fx.kv_wire_ratio < 1 else np.ones(len(rows))
+        ratio = ratio * fx.kv_wire_scale
+        kv_tok = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, plan.tp) / plan.pp * kq  # dtype bytes: powers of 2
+        dequant = np.where(rows.weight_dtype > 0, 2.0, fx.dequant_flops_per_weight)
+        return wq, kq, kv_tok, ratio, dequant
+
+    def weights_read(self, tokens: F) -> F:
+        """Weight bytes one device streams for a step processing ``tokens`` tokens (MoE: the experts they touch,
+        uniform routing)."""
+        m, plan, pc = self.m, self.plan, count(self.m)
+        touched: F | float = 1.0
+        if m.moe:
+            k, e = m.moe.experts_per_token, m.moe.num_experts
+            touched = 1.0 - (1.0 - k / e) ** tokens
+        out: F = (pc.non_expert + pc.routed_experts * touched / plan.ep) * self.per_row[0] / (plan.tp * plan.pp)
+        return out
+
+    def _tp_pp(self, tokens: F, purpose: str) -> list[coll.Stream]:
+        """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch)."""
+        m, plan = self.m, self.plan
+        payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
+        yes = np.ones(len(tokens), dtype=np.bool_)
+        out = [
+            coll.Stream(
+                "TP activations (per layer)",
+                "all-reduce",
+                payload,
+                np.full(len(tokens), 2.0 * m.num_layers),
+                yes,
+                plan.tp,
+                1,
+            )
+        ]
+        if plan.pp > 1:
+            out.append(
+                coll.Stream(purpose, "p2p", payload, np.full(len(tokens), float(plan.pp - 1)), yes, plan.pp, plan.tp)
+            )
+        return out
+
+    def _weight_stream(self, read: F, passes: F) -> list[coll.Stream]:
+        ws = self.fx.weight_stream
+        if not ws:
+            return []
+        yes = np.ones(len(read), dtype=np.bool_)
+        nbytes = passes * ws.fraction * read * self.plan.pp
+        return [coll.Stream("weight streaming", "p2p", nbytes, passes * self.m.num_layers, yes, tier=ws.channel)]
+
+    def _kv_offload(self, purpose: str, nbytes: F) -> coll.Stream:
+        f = self.rows.kv_offload
+        msgs = np.where(f > 0, float(self.m.num_layers), 0.0)
+        return coll.Stream(purpose, "p2p", nbytes, msgs, f > 0, tier=CHANNEL_OF_TIER[self.kv_tier])
+
+    def prefill(self, batch: F, prompt: int) -> PhaseColumns:
+        """Prefill of ``batch`` prompts of ``prompt`` tokens per row."""
+        m, plan, fx = self.m, self.plan, self.fx
+        wq, _, kv_tok, ratio, dequant_per = self.per_row
+        cached = int(fx.prefix_hit * prompt)  # tokens whose KV is loaded, not recomputed
+        new = prompt - cached
+        total = batch * (new * token_flops(m).dense + causal_score_flops(m, cached, new))
+        chunk = np.maximum(np.minimum(batch * new, plan.prefill_chunk_tokens), 1.0)
+        passes = np.ceil(batch * new / chunk)  # each chunk streams the weights again
+        read = self.weights_read(chunk)
+        kv_written = batch * (kv_tokens_held(m, prompt) - kv_tokens_held(m, cached)) * kv_tok
+        kv_loaded = batch * kv_tokens_held(m, cached) * kv_tok
+        hbm = passes * read + kv_written + kv_loaded
+        streams = self._tp_pp(batch * new, "PP activations") + self._weight_stream(read, passes)
+        if fx.prefix_tier != "hbm" and cached:
+            ch = CHANNEL_OF_TIER[fx.prefix_tier]
+            moved = kv_loaded * ratio * plan.pp
+            load = np.full(len(batch), float(m.num_layers))
+            streams.append(coll.Stream("prefix KV load", "p2p", moved, load, kv_loaded > 0, tier=ch))
+            hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)  # decompress: read packed, write full
+        streams.append(self._kv_offload("KV offload (write)", self.rows.kv_offload * kv_written * ratio * plan.pp))
+        dequant = dequant_per * passes * read / wq
+        return PhaseColumns(
+            tokens=batch * prompt,
+            forward=total / plan.tp,
+            exchange=dequant * plan.pp,
+            model_total=total,
+            gemm_rows=chunk,
+            hbm_bytes=hbm * plan.pp,
+            streams=streams,
+            operators=passes * m.num_layers * OPERATORS_PER_LAYER,
+        )
+
+    def decode(self, batch: F, context: int) -> PhaseColumns:
+        """One decode step of ``batch`` sequences per row whose context is ``context`` tokens."""
+        m, plan, fx = self.m, self.plan, self.fx
+        wq, _, kv_tok, ratio, dequant_per = self.per_row
+        total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
+        kv = batch * (kv_tokens_held(m, context) + 1) * kv_tok  # read all, write one
+        read = self.weights_read(batch)
+        moved = self.rows.kv_offload * kv
+        hbm = read + kv + 2 * moved * (fx.kv_wire_ratio < 1)
+        streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
+        streams.append(self._kv_offload("KV offload (stream in)", moved * ratio * plan.pp))
+        dequant = dequant_per * read / wq
+        return PhaseColumns(
+            tokens=batch.astype(np.float64),
+            forward=total / plan.tp,
+            exchange=dequant * plan.pp,
+            model_total=total,
+            gemm_rows=batch.astype(np.float64),
+            hbm_bytes=hbm * plan.pp,
+            streams=streams,
+            operators=np.full(len(batch), float(m.num_layers * OPERATORS_PER_LAYER)),
+        )
+
+    def memory(self, batch: F, prompt: int, context: int) -> MemoryColumns:
+        m, plan = self.m, self.plan
+        wq, _, kv_tok, _, _ = self.per_row
+        pc = count(m)
+        weights = (pc.non_expert + pc.routed_experts / plan.ep) * wq / (plan.tp * plan.pp)
+        kv = batch * kv_tokens_held(m, context) * kv_tok
+        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * _workspace_width(m, plan)
+        buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
+        return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (plan.tp * plan.pp))
+
+    def memory_items(self, mem: MemoryColumns, i: int) -> list[MemoryItem]:
+        """Row ``i``'s memory as the ledger lists it: on the device, then what the exchanges moved elsewhere."""
+        fx, f = self.fx, float(self.rows.kv_offload[i])
+        weights, kv = float(mem.weights[i]), float(mem.kv_cache[i])
+        items = [
+            MemoryItem(category="weights", bytes=weights * _on_device(fx.weight_stream)),
+            MemoryItem(category="kv_cache", bytes=kv * (1.0 - f)),
+            MemoryItem(category="buffers", bytes=float(mem.buffers[i])),
+        ]
+        if fx.weight_stream:
+            items.append(
+                MemoryItem(tier=fx.weight_stream.tier, category="weights", bytes=weights * fx.weight_stream.fraction)
+            )
+        if f > 0:
+            items.append(MemoryItem(tier=self.kv_tier, category="kv_cache", bytes=kv * f))
+        if mem.prefix_cache:
+            items.append(MemoryItem(tier=fx.prefix_tier, category="kv_cache", bytes=mem.prefix_cache))
+        return items
+
+
+def _one(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
+    """The arrays of one plan (its own dtypes, its KV offload): a batch of one row."""
+    off = fx.kv_offload
+    rows = ServingRows(
+        batch=np.zeros(1, dtype=np.int64),  # the phases take their batch as an argument
+        kv_offload=np.array([off.fraction if off else 0.0]),
+        weight_dtype=np.zeros(1, dtype=np.int64),
+        kv_dtype=np.zeros(1, dtype=np.int64),
+    )
+    return ServingArrays(m, plan, fx, rows, off.tier if off else "host")
 
 
 def prefill_phase(
@@ -245,103 +461,14 @@ def prefill_phase(
 
     ``plan`` must already carry quantized dtypes (:func:`effects`).
     """
-    cached = int(fx.prefix_hit * prompt)  # tokens whose KV is loaded, not recomputed
-    new = prompt - cached
-    total = batch * (new * token_flops(m).dense + causal_score_flops(m, cached, new))
-    chunk = max(min(batch * new, plan.prefill_chunk_tokens), 1)
-    passes = -(-batch * new // chunk)  # each chunk streams the weights again
-    kv_tok = _kv_per_token_per_device(m, plan)
-    kv_written = batch * (kv_tokens_held(m, prompt) - kv_tokens_held(m, cached)) * kv_tok
-    kv_loaded = batch * kv_tokens_held(m, cached) * kv_tok
-    read = _weights_read(m, plan, chunk)
-    hbm = passes * read + kv_written + kv_loaded
-    traffic = _traffic(m, plan, system, batch * new) + _weight_stream(m, plan, fx, read, passes)
-    if fx.prefix_tier != "hbm" and kv_loaded:
-        ch = CHANNEL_OF_TIER[fx.prefix_tier]
-        traffic.append(coll.transfer("prefix KV load", ch, kv_loaded * fx.kv_wire * plan.pp, m.num_layers))
-        hbm += 2 * kv_loaded * (fx.kv_wire_ratio < 1)  # decompress: read packed, write full
-    if fx.kv_offload:
-        off = fx.kv_offload
-        traffic.append(
-            coll.transfer(
-                "KV offload (write)", off.channel, off.fraction * kv_written * fx.kv_wire * plan.pp, m.num_layers
-            )
-        )
-    dequant = fx.dequant_flops_per_weight * passes * read / BYTES_PER_DTYPE[plan.weights_dtype]
-    return PhaseLedger(
-        phase="prefill",
-        tokens=float(batch * prompt),
-        flops=Flops(forward=total / plan.tp, exchange=dequant * plan.pp, model_total=total),
-        gemm_rows=float(chunk),
-        hbm_bytes=hbm * plan.pp,
-        traffic=traffic,
-        operators=passes * m.num_layers * OPERATORS_PER_LAYER,
-    )
+    return _one(m, plan, fx).prefill(np.array([float(batch)]), prompt).ledger("prefill", 0, system)
 
 
 def decode_phase(
     m: ModelSpec, plan: Plan, system: System, batch: int, context: int, fx: ServingEffects = NO_EFFECTS
 ) -> PhaseLedger:
     """One decode step of ``batch`` sequences whose context is ``context`` tokens."""
-    total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
-    kv = batch * (kv_tokens_held(m, context) + 1) * _kv_per_token_per_device(m, plan)  # read all, write one
-    read = _weights_read(m, plan, batch)
-    traffic = _traffic(m, plan, system, batch) + _weight_stream(m, plan, fx, read, 1)
-    hbm = read + kv
-    if fx.kv_offload:
-        off = fx.kv_offload
-        moved = off.fraction * kv
-        traffic.append(coll.transfer("KV offload (stream in)", off.channel, moved * fx.kv_wire * plan.pp, m.num_layers))
-        hbm += 2 * moved * (fx.kv_wire_ratio < 1)
-    dequant = fx.dequant_flops_per_weight * read / BYTES_PER_DTYPE[plan.weights_dtype]
-    return PhaseLedger(
-        phase="decode_step",
-        tokens=float(batch),
-        flops=Flops(forward=total / plan.tp, exchange=dequant * plan.pp, model_total=total),
-        gemm_rows=float(batch),
-        hbm_bytes=hbm * plan.pp,
-        traffic=traffic,
-        operators=m.num_layers * OPERATORS_PER_LAYER,
-    )
-
-
-def _memory(m: ModelSpec, plan: Plan, fx: ServingEffects, bsz: int, prompt: int, ctx: int) -> list[MemoryItem]:
-    weights = weight_bytes_per_device(m, plan)
-    kv = bsz * kv_bytes_per_sequence_per_device(m, plan, ctx)
-    items = [
-        MemoryItem(category="weights", bytes=weights * _on_device(fx.weight_stream)),
-        MemoryItem(category="kv_cache", bytes=kv * _on_device(fx.kv_offload)),
-        MemoryItem(
-            category="buffers",
-            bytes=prefill_workspace_bytes(m, plan, bsz * prompt) + bsz * logits_bytes_per_sequence(m),
-        ),
-    ]
-    if fx.weight_stream:
-        items.append(
-            MemoryItem(
-                tier=fx.weight_stream.tier,
-                category="weights",
-                bytes=weights * fx.weight_stream.fraction,
-            )
-        )
-    if fx.kv_offload:
-        items.append(
-            MemoryItem(
-                tier=fx.kv_offload.tier,
-                category="kv_cache",
-                bytes=kv * fx.kv_offload.fraction,
-            )
-        )
-    if fx.prefix_capacity_bytes:  # the replica's prefix cache, spread over its devices
-        tier = "hbm" if fx.prefix_tier == "hbm" else fx.prefix_tier
-        items.append(
-            MemoryItem(
-                tier=tier,
-                category="kv_cache",
-                bytes=fx.prefix_capacity_bytes / (plan.tp * plan.pp),
-            )
-        )
-    return items
+    return _one(m, plan, fx).decode(np.array([float(batch)]), context).ledger("decode_step", 0, system)
 
 
 def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> Ledger:
@@ -356,6 +483,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
     batch = fit if job.batch == "max" else job.batch
     bsz = max(batch, 1)  # price one request even when none fits; the memory check reports it
     prompt, out = job.prompt_tokens, job.output_tokens
+    arrays, batches = _one(m, plan, fx), np.array([float(bsz)])
     pc = count(m)
     return Ledger(
         scenario=name,
@@ -374,10 +502,10 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             sequence_parallel=plan.sequence_parallel,
         ),
         phases=[
-            prefill_phase(m, plan, system, bsz, prompt, fx),
-            decode_phase(m, plan, system, bsz, prompt + out // 2, fx),  # at the mean context
+            arrays.prefill(batches, prompt).ledger("prefill", 0, system),
+            arrays.decode(batches, prompt + out // 2).ledger("decode_step", 0, system),  # at the mean context
         ],
-        memory=_memory(m, plan, fx, bsz, prompt, ctx),
+        memory=arrays.memory_items(arrays.memory(batches, prompt, ctx), 0),
         serving=ServingFacts(
             prompt_tokens=prompt,
             output_tokens=out,

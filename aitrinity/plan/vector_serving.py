@@ -21,17 +21,17 @@ from numpy.typing import NDArray
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.estimate import GPU_CHANNELS
-from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
+from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, Kernels, MixedKernels, roofline
-from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.operators import Layout
-from aitrinity.cost.params import count
+from aitrinity.cost.serving import KV_DTYPES as KV_DTYPES
+from aitrinity.cost.serving import WEIGHT_DTYPES as WEIGHT_DTYPES
 from aitrinity.cost.serving import (
-    CHANNEL_OF_TIER,
+    PhaseColumns,
+    ServingArrays,
     effects,
-    logits_bytes_per_sequence,
-    prefill_workspace_bytes,
 )
+from aitrinity.cost.serving import ServingRows as ServingRows
 from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
@@ -41,8 +41,6 @@ from aitrinity.spec.scenario import Plan, ServingJob, System
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
 
-WEIGHT_DTYPES = ("none", "fp8", "int8", "int4")
-KV_DTYPES = ("none", "fp8", "int8")
 REASONS = (
     "feasible",
     "device memory",
@@ -64,18 +62,6 @@ RESOURCES = (
     "other requests' prefill in the step",
 )
 SEARCHED = ("kv-offload", "weight-quantization", "kv-quantization")
-
-
-@dataclass(frozen=True)
-class ServingRows:
-    batch: Ints
-    kv_offload: F
-    """Fraction of the KV cache kept in host memory."""
-    weight_dtype: Ints  # index into WEIGHT_DTYPES
-    kv_dtype: Ints  # index into KV_DTYPES
-
-    def __len__(self) -> int:
-        return len(self.batch)
 
 
 @dataclass(frozen=True)
@@ -199,124 +185,48 @@ def price_rows_deferred(
     (:func:`answer_steady`): the steady states the rows need (None for a static batch), and the function that
     finishes the rows from them."""
     n = len(rows)
-    # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the scalar code sees them
+    # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the one-plan ledger sees them; the
+    # rows' own quantization and KV offload (to host memory) on top
     fixed = base.model_copy(
         update={"tp": tp, "pp": pp, "exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]}
     )
     fplan, fx = effects(fixed)
+    arrays = ServingArrays(m, fplan, fx, rows)
     B = rows.batch.astype(np.float64)
     P, n_out = job.prompt_tokens, job.output_tokens
-    L, h = m.num_layers, m.hidden_size
-    act = BYTES_PER_DTYPE[base.compute_dtype]
-    base_w = BYTES_PER_DTYPE[fplan.weights_dtype]
-    base_kv = BYTES_PER_DTYPE[fplan.cache_dtype]
-    wq_bytes = np.array([base_w, *(BYTES_PER_DTYPE[d] for d in WEIGHT_DTYPES[1:])])[rows.weight_dtype]
-    kq_bytes = np.array([base_kv, *(BYTES_PER_DTYPE[d] for d in KV_DTYPES[1:])])[rows.kv_dtype]
+    L = m.num_layers
+    wq_bytes, kq_bytes = arrays.per_row[:2]
+    base_w, base_kv = BYTES_PER_DTYPE[fplan.weights_dtype], BYTES_PER_DTYPE[fplan.cache_dtype]
     quantized = rows.weight_dtype > 0
-    pc = count(m)
     f = rows.kv_offload
-    ratio = fx.kv_wire_ratio * base_kv / kq_bytes if fx.kv_wire_ratio < 1 else np.ones(n)
-    ratio = ratio * fx.kv_wire_scale
-    # KVCompression's ratio is bits / (8 x KV bytes): it follows the KV dtype of the row; the scale does not
-    kv_tok_unit = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, tp) / pp  # per KV byte per value
-    kv_tok = kv_tok_unit * kq_bytes
-    weights_unit = (pc.non_expert + pc.routed_experts / base.ep) / (tp * pp)  # parameters per device
-    ws_frac = fx.weight_stream.fraction if fx.weight_stream else 0.0
-    tf = token_flops(m)
 
-    def add(c_bytes: dict[str, F], c_msgs: dict[str, F], ch: str, nbytes: F, msgs: F) -> None:
-        c_bytes[ch] = c_bytes.get(ch, np.zeros(n)) + nbytes
-        c_msgs[ch] = c_msgs.get(ch, np.zeros(n)) + msgs
-
-    def weights_read(tokens: F) -> F:
-        touched = np.ones_like(tokens)
-        if m.moe:
-            k, e = m.moe.experts_per_token, m.moe.num_experts
-            touched = 1.0 - (1.0 - k / e) ** tokens
-        out: F = (pc.non_expert + pc.routed_experts * touched / base.ep) * wq_bytes / (tp * pp)
-        return out
-
-    def tp_pp(tokens: F, c_bytes: dict[str, F], c_msgs: dict[str, F]) -> None:
-        payload = tokens * h * act
-        crosses = coll.crosses_nodes(1, tp, system.devices_per_node) and system.inter_node_link
-        if tp > 1:
-            ch = "inter_node" if crosses else "intra_node"
-            add(
-                c_bytes,
-                c_msgs,
-                ch,
-                2 * L * coll.bytes_sent("all-reduce", 1.0, tp) * payload,
-                np.full(n, 2.0 * L * coll.steps("all-reduce", tp)),
-            )
-        if pp > 1:
-            cross_pp = coll.crosses_nodes(tp, 2, system.devices_per_node) and system.inter_node_link
-            ch = "inter_node" if cross_pp else "intra_node"
-            add(c_bytes, c_msgs, ch, (pp - 1) * payload, np.full(n, float(pp - 1)))
-
-    def resources(flops: F, rows_per_gemm: F, hbm: F, c_bytes: dict[str, F], c_msgs: dict[str, F]) -> Phase:
+    def resources(ph: PhaseColumns) -> Phase:
         """:func:`aitrinity.cost.estimate.resource_times`, row-wise."""
         eff = system.eff
-        curve = eff.compute_at(rows_per_gemm)
-        compute = flops / (system.device.peak_flops_for(base.compute_dtype) * curve)
+        compute = (ph.forward + ph.exchange) / (
+            system.device.peak_flops_for(base.compute_dtype) * eff.compute_at(ph.gemm_rows)
+        )
+        c_bytes, c_msgs = coll.channel_totals(ph.streams, system, n)
         moved = np.zeros(n)
         links: dict[str, F] = {}
         for ch in c_bytes:
             spec = system.channel(ch)
             links[ch] = c_msgs[ch] * spec.latency_s + c_bytes[ch] / spec.bandwidth_Bps
             moved = moved + c_bytes[ch]
-        return Phase(compute, hbm / (system.device.memory_bandwidth_Bps * eff.memory), links, moved)
+        return Phase(compute, ph.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory), links, moved)
 
-    def prefill(Bv: F) -> tuple[Phase, F]:
-        """The prefill of ``Bv`` prompts per row: its resources and its operators launched."""
-        pre_flops = Bv * (new * tf.dense + causal_score_flops(m, cached, new))
-        chunk = np.maximum(np.minimum(Bv * new, fplan.prefill_chunk_tokens), 1.0)
-        passes = np.ceil(Bv * new / chunk)
-        read = weights_read(chunk)
-        kv_written = Bv * (kv_tokens_held(m, P) - kv_tokens_held(m, cached)) * kv_tok
-        kv_loaded = Bv * kv_tokens_held(m, cached) * kv_tok
-        hbm = passes * read + kv_written + kv_loaded
-        pb: dict[str, F] = {}
-        pm: dict[str, F] = {}
-        tp_pp(Bv * new, pb, pm)
-        if fx.weight_stream:
-            add(pb, pm, fx.weight_stream.channel, passes * ws_frac * read * pp, passes * L)
-        if fx.prefix_tier != "hbm" and cached:
-            add(pb, pm, CHANNEL_OF_TIER[fx.prefix_tier], kv_loaded * ratio * pp, np.full(n, float(L)))
-            hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)
-        add(pb, pm, "host", f * kv_written * ratio * pp, np.where(f > 0, float(L), 0.0))
-        dequant = np.where(quantized, 2.0, 0.0) * passes * read / wq_bytes
-        return resources(pre_flops / tp + dequant * pp, chunk, hbm * pp, pb, pm), passes * L * OPERATORS_PER_LAYER
-
-    # --- prefill
-    cached = int(fx.prefix_hit * P)
-    new = P - cached
-    pre, pre_ops = prefill(B)
-
-    # --- decode at the mean context
-    c = P + n_out // 2
-    dec_flops = B * (tf.dense + score_flops_per_query(m, c))
-    kv = B * (kv_tokens_held(m, c) + 1) * kv_tok
-    read_d = weights_read(B)
-    hbm_d = read_d + kv + 2 * f * kv * (fx.kv_wire_ratio < 1)
-    db: dict[str, F] = {}
-    dm: dict[str, F] = {}
-    tp_pp(B, db, dm)
-    if fx.weight_stream:
-        add(db, dm, fx.weight_stream.channel, ws_frac * read_d * pp, np.full(n, float(L)))
-    add(db, dm, "host", f * kv * ratio * pp, np.where(f > 0, float(L), 0.0))
-    dequant_d = np.where(quantized, 2.0, 0.0) * read_d / wq_bytes
-    dec = resources(dec_flops / tp + dequant_d * pp, B, hbm_d * pp, db, dm)
+    pre_cols = arrays.prefill(B, P)
+    pre, pre_ops = resources(pre_cols), pre_cols.operators
+    dec = resources(arrays.decode(B, P + n_out // 2))  # at the mean context
 
     # --- memory
-    ctx = P + n_out
-    weights = weights_unit * wq_bytes
-    kv_mem = B * kv_tokens_held(m, ctx) * kv_tok
-    # prefill_workspace_bytes is linear in the chunk's tokens: its value for one token, times min(B·P, chunk)
-    buffers = np.minimum(B * P, fplan.prefill_chunk_tokens) * prefill_workspace_bytes(m, fplan, 1)
-    buffers = buffers + B * logits_bytes_per_sequence(m)
-    cache_share = fx.prefix_capacity_bytes / (tp * pp)
-    hbm_mem = weights * (1 - ws_frac) + kv_mem * (1 - f) + buffers + (cache_share if fx.prefix_tier == "hbm" else 0.0)
-    host_mem = kv_mem * f + (weights * ws_frac if fx.weight_stream and fx.weight_stream.tier == "host" else 0.0)
+    mem = arrays.memory(B, P, P + n_out)
+    ws = fx.weight_stream
+    ws_frac = ws.fraction if ws else 0.0
+    cache_share = mem.prefix_cache
+    hbm_mem = mem.weights * (1 - ws_frac) + mem.kv_cache * (1 - f) + mem.buffers
+    hbm_mem = hbm_mem + (cache_share if fx.prefix_tier == "hbm" else 0.0)
+    host_mem = mem.kv_cache * f + (mem.weights * ws_frac if ws and ws.tier == "host" else 0.0)
     host_mem = host_mem + (cache_share if fx.prefix_tier == "host" else 0.0)
 
     host_cap = system.tier_capacity_per_device("host")
@@ -328,7 +238,7 @@ def price_rows_deferred(
     # --- metrics
     replicas = system.num_devices // (tp * pp)
     price = system.price_per_hour_usd
-    one = prefill(np.ones(n))[0] if job.mode == "concurrency" else pre
+    one = resources(arrays.prefill(np.ones(n), P)) if job.mode == "concurrency" else pre
     runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
     request = None
     if job.mode == "concurrency":
