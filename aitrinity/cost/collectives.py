@@ -153,6 +153,8 @@ def channel_totals(streams: list[Stream], system: System, n: int) -> tuple[dict[
         if ch is None:
             continue
         b, m = x.sent()
-        nbytes[ch] = nbytes.get(ch, np.zeros(n)) + b
-        msgs[ch] = msgs.get(ch, np.zeros(n)) + m
+        if ch in nbytes:
+            nbytes[ch], msgs[ch] = nbytes[ch] + b, msgs[ch] + m
+        else:  # (0 + x is x: no zeros to add)
+            nbytes[ch], msgs[ch] = np.broadcast_to(b, (n,)), np.broadcast_to(m, (n,))
     return nbytes, msgs

@@ -49,7 +49,7 @@ from aitrinity.cost.effects import find
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
-from aitrinity.cost.params import count
+from aitrinity.cost.params import ParamCount, count
 from aitrinity.errors import SpecError
 from aitrinity.spec.exchanges import (
     KVCompression,
@@ -310,10 +310,22 @@ class ServingArrays:
         dequant = np.where(rows.weight_dtype > 0, 2.0, fx.dequant_flops_per_weight)
         return wq, kq, kv_tok, ratio, dequant
 
+    @cached_property
+    def _rows_const(self) -> tuple[NDArray[np.bool_], F, F, F]:
+        """Per row, the same in every phase: (all true, TP all-reduces, PP hops, KV offload messages)."""
+        m, plan, f, n = self.m, self.plan, self.rows.kv_offload, len(self.rows)
+        yes = np.ones(n, dtype=np.bool_)
+        offload = np.where(f > 0, 1.0 * m.num_layers, 0.0)
+        return yes, np.full(n, 2.0 * m.num_layers), np.full(n, float(plan.pp - 1)), offload
+
+    @cached_property
+    def _params(self) -> ParamCount:
+        return count(self.m)
+
     def weights_read(self, tokens: F) -> F:
         """Weight bytes one device streams for a step processing ``tokens`` tokens (MoE: the experts they touch,
         uniform routing)."""
-        m, plan, pc = self.m, self.plan, count(self.m)
+        m, plan, pc = self.m, self.plan, self._params
         touched: F | float = 1.0
         if m.moe:
             k, e = m.moe.experts_per_token, m.moe.num_experts
@@ -325,36 +337,23 @@ class ServingArrays:
         """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch)."""
         m, plan = self.m, self.plan
         payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
-        yes = np.ones(len(tokens), dtype=np.bool_)
-        out = [
-            coll.Stream(
-                "TP activations (per layer)",
-                "all-reduce",
-                payload,
-                np.full(len(tokens), 2.0 * m.num_layers),
-                yes,
-                plan.tp,
-                1,
-            )
-        ]
+        yes, ar, hops, _ = self._rows_const
+        out = [coll.Stream("TP activations (per layer)", "all-reduce", payload, ar, yes, plan.tp, 1)]
         if plan.pp > 1:
-            out.append(
-                coll.Stream(purpose, "p2p", payload, np.full(len(tokens), float(plan.pp - 1)), yes, plan.pp, plan.tp)
-            )
+            out.append(coll.Stream(purpose, "p2p", payload, hops, yes, plan.pp, plan.tp))
         return out
 
     def _weight_stream(self, read: F, passes: F) -> list[coll.Stream]:
         ws = self.fx.weight_stream
         if not ws:
             return []
-        yes = np.ones(len(read), dtype=np.bool_)
+        yes = self._rows_const[0]
         nbytes = passes * ws.fraction * read * self.plan.pp
         return [coll.Stream("weight streaming", "p2p", nbytes, passes * self.m.num_layers, yes, tier=ws.channel)]
 
     def _kv_offload(self, purpose: str, nbytes: F) -> coll.Stream:
-        f = self.rows.kv_offload
-        msgs = np.where(f > 0, float(self.m.num_layers), 0.0)
-        return coll.Stream(purpose, "p2p", nbytes, msgs, f > 0, tier=CHANNEL_OF_TIER[self.kv_tier])
+        msgs = self._rows_const[3]
+        return coll.Stream(purpose, "p2p", nbytes, msgs, msgs > 0, tier=CHANNEL_OF_TIER[self.kv_tier])
 
     def prefill(self, batch: F, prompt: int) -> PhaseColumns:
         """Prefill of ``batch`` prompts of ``prompt`` tokens per row."""
@@ -415,7 +414,7 @@ class ServingArrays:
     def memory(self, batch: F, prompt: int, context: int) -> MemoryColumns:
         m, plan = self.m, self.plan
         wq, _, kv_tok, _, _ = self.per_row
-        pc = count(m)
+        pc = self._params
         weights = (pc.non_expert + pc.routed_experts / plan.ep) * wq / (plan.tp * plan.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok
         work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * _workspace_width(m, plan)
