@@ -10,8 +10,8 @@ that registers itself; :func:`register` adds another.
 Quality costs combine over a plan's exchanges as independent losses: accuracy drops add (a first-order
 approximation for small drops), step factors multiply.
 
-Effects on the ledger: the built-in techniques' are written in the ledger builders (:mod:`aitrinity.cost.training`
-on arrays, which one plan and the planner's rows share; :mod:`aitrinity.cost.serving`). A
+Effects on the ledger: the built-in techniques' are written in the ledger builders (:mod:`aitrinity.cost.training`,
+:mod:`aitrinity.cost.serving`), on arrays that one plan and the planner's rows share. A
 serving technique registered from outside gives its effect as a :data:`~aitrinity.cost.serving.ServingEffect`
 on the serving effects every pricing path reads (:func:`aitrinity.cost.serving.effects`), and the entries the
 planner should try as ``options``: it is then priced by ``diagnose`` and the planner alike, searched,

@@ -1,13 +1,14 @@
 """Vectorized pricing of many serving plans at once (numpy), for the planner.
 
-The same formulas as :func:`aitrinity.cost.serving.serving_ledger` followed by
-:func:`aitrinity.cost.estimate.price_serving_ledger` -- the operator model's steady state at fixed
-concurrency (``mode: concurrency``, the default; the same :func:`~aitrinity.cost.concurrency.steady_state`
-on the rows' arrays) or the static-batch roofline -- for rows that share a model, a job, a system and a
-layout ``(tp, pp)`` and differ in batch size (the concurrency), the fraction of the KV cache offloaded
-to host memory, weight quantization and KV quantization. A prefix cache, KV compression or weight
-streaming written in the scenario's plan applies to every row. ``tests/plan/test_vector_serving.py``
-checks every row of small spaces against the one-plan path.
+The phases and memory of every row come from :class:`aitrinity.cost.serving.ServingArrays`, the same arrays
+:func:`aitrinity.cost.serving.serving_ledger` reads for one plan (a batch of one). What this module adds is their
+pricing, row-wise, as :func:`aitrinity.cost.estimate.price_serving_ledger` prices one plan: the operator model's
+steady state at fixed concurrency (``mode: concurrency``, the default; the same
+:func:`~aitrinity.cost.concurrency.steady_state` on the rows' arrays) or the static-batch roofline. Rows share a
+model, a job, a system and a layout ``(tp, pp)`` and differ in batch size (the concurrency), the fraction of the KV
+cache offloaded to host memory, weight quantization and KV quantization. A prefix cache, KV compression or weight
+streaming written in the scenario's plan applies to every row. ``tests/plan/test_vector_serving.py`` checks every
+row of small spaces against the one-plan path.
 """
 
 from __future__ import annotations
