@@ -92,7 +92,7 @@ def run_sweep(
         return []
     w = max(1, min(workers or len(os.sched_getaffinity(0)), n))
     results: list[dict[str, Any] | None] = [None] * n
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[int, str]] = []
     lock = threading.Lock()
     done = [0]
 
@@ -103,7 +103,7 @@ def run_sweep(
             out = json.loads(line)
             with lock:
                 if "error" in out:
-                    errors.append((f"sweep job {k} ({jobs[k].get('scenario')}, {jobs[k].get('policy')})", out["error"]))
+                    errors.append((k, out["error"]))
                     continue
                 results[k] = out
                 done[0] += 1
@@ -136,7 +136,7 @@ def run_sweep(
                 log.seek(0)
                 raise RuntimeError(f"a sweep worker failed: {log.read().strip()[-1000:]}")
     if errors:
-        raise SpecError.at(*errors[0])
+        raise failure(jobs, *min(errors))
     missing = [k for k, r in enumerate(results) if r is None]
     if missing:
         raise RuntimeError(f"sweep jobs {missing[:10]} returned nothing")
@@ -145,15 +145,25 @@ def run_sweep(
 
 def main() -> int:
     """Worker: a JSON list of jobs on stdin, one JSON result (or ``{"error": ...}``) per line on stdout."""
-    from aitrinity.errors import TrinityError
 
     for job in json.loads(sys.stdin.read()):
-        try:
-            out = run_job(job)
-        except (TrinityError, ValueError, KeyError) as e:
-            out = {"error": f"{e.__class__.__name__}: {e}"}
-        print(json.dumps(out), flush=True)
+        print(json.dumps(run_or_error(job)), flush=True)
     return 0
+
+
+def run_or_error(job: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_job`, or ``{"error": ...}`` with the reason when the job raises (the sweep reports which)."""
+    from aitrinity.errors import TrinityError
+
+    try:
+        return run_job(job)
+    except (TrinityError, ValueError, KeyError) as e:
+        return {"error": f"{e.__class__.__name__}: {e}"}
+
+
+def failure(jobs: Sequence[dict[str, Any]], k: int, error: str) -> SpecError:
+    """The error a sweep raises for job ``k``: which job (scenario, policy) and why."""
+    return SpecError.at(f"sweep job {k} ({jobs[k].get('scenario')}, {jobs[k].get('policy')})", error)
 
 
 if __name__ == "__main__":  # pragma: no cover

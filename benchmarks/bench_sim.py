@@ -21,7 +21,13 @@ Part ``serving``: ``trinity simulate serving``'s simulator on the full conversat
 previous one-event-per-iteration implementation (``fast_forward=False``) in the same run, alternating,
 median of ``--repeats``; results must be identical (goal: under 2 s on one core).
 
-    python benchmarks/bench_sim.py [--part prefill|adaptive|serving|all] [--seeds 0,1,2] [--repeats 3] [--json]
+Part ``ray`` (not in ``all``; needs ``pip install 'aitrinity[ray]'``): a sweep of ``--sweep-seeds`` seeds x every
+policy of ``training-link`` and ``edge-stream`` (272 simulations by default, ``--sweep-scale`` x the default steps
+and frames: 20,000 steps, 2,000 s) in one process (one CPU), on the local
+pool of 1 and 2 worker processes, and on a local Ray of 1 and 2 CPUs (its start-up timed apart); the results must
+be identical. Goal (issue 21): Ray on 2 CPUs >= 1.7x one CPU. Also Ray's cost per task: 400 empty tasks.
+
+    python benchmarks/bench_sim.py [--part prefill|adaptive|serving|ray|all] [--seeds 0,1,2] [--repeats 3] [--json]
 """
 
 from __future__ import annotations
@@ -143,14 +149,74 @@ def serving(as_json: bool, repeats: int) -> list[dict[str, object]]:
     return rows
 
 
+def ray_sweep(as_json: bool, seeds: int, scale: int) -> dict[str, object]:
+    """Part ``ray`` (module doc)."""
+    import ray
+
+    from aitrinity import ray_backend, sweep
+
+    jobs = [
+        {"scenario": sc, "policy": p, "seed": seed, **extra}
+        for sc, extra in (("training-link", {"steps": 2000 * scale}), ("edge-stream", {"duration": 200.0 * scale}))
+        for p in sweep.policies(sc)
+        for seed in range(seeds)
+    ]
+    out: dict[str, object] = {"simulations": len(jobs), "cpus": len(os.sched_getaffinity(0))}
+    t = time.perf_counter()
+    serial = [sweep.run_or_error(j) for j in jobs]
+    out["one_process_s"] = time.perf_counter() - t
+    for w in (1, 2):
+        t = time.perf_counter()
+        assert sweep.run_sweep(jobs, w) == serial
+        out[f"pool_{w}_s"] = time.perf_counter() - t
+    for cpus in (1, 2):
+        t = time.perf_counter()
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="warning")
+        out[f"ray_{cpus}_start_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        assert ray_backend.run_sweep(jobs) == serial
+        out[f"ray_{cpus}_s"] = time.perf_counter() - t
+        if cpus == 2:
+            empty = ray.remote(lambda: None)
+            ray.get([empty.remote() for _ in range(50)])  # warm the workers
+            t = time.perf_counter()
+            ray.get([empty.remote() for _ in range(400)])
+            out["ray_task_overhead_ms"] = (time.perf_counter() - t) / 400 * 1e3
+        ray.shutdown()
+    base = float(out["one_process_s"])  # type: ignore[arg-type]
+    if not as_json:
+        what = f"{2000 * scale:,} steps / {200 * scale:,} s of frames"
+        print(f"{len(jobs)} simulations (training-link + edge-stream, every policy, {seeds} seeds, {what})")
+        for key, label in (
+            ("one_process_s", "one process, one CPU"),
+            ("pool_1_s", "local pool, 1 worker"),
+            ("pool_2_s", "local pool, 2 workers"),
+            ("ray_1_s", "Ray, 1 CPU"),
+            ("ray_2_s", "Ray, 2 CPUs"),
+        ):
+            v = float(out[key])  # type: ignore[arg-type]
+            print(f"  {label:24s} {v:7.2f} s   {base / v:5.2f}x one CPU")
+        starts = f"{out['ray_1_start_s']:.1f} s / {out['ray_2_start_s']:.1f} s"
+        print(f"  Ray start-up: {starts} (1 / 2 CPUs), not counted above")
+        print(f"  Ray cost per task: {out['ray_task_overhead_ms']:.2f} ms (400 empty tasks on 2 CPUs)")
+    return out
+
+
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they finish, redirected too
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "serving", "all"])
+    ap.add_argument("--part", default="all", choices=["prefill", "adaptive", "serving", "ray", "all"])
+    ap.add_argument("--sweep-seeds", type=int, default=4, help="ray part: seeds per policy (default 4)")
+    ap.add_argument("--sweep-scale", type=int, default=10, help="ray part: x 2,000 steps and x 200 s of frames (10)")
     ap.add_argument("--repeats", type=int, default=3, help="serving part: runs of each engine (median)")
     ap.add_argument("--seeds", default="0,1,2", help="adaptive part: comma-separated seeds (default 0,1,2)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.part == "ray":  # uses the CPUs it is given: not pinned to one
+        out = ray_sweep(a.json, a.sweep_seeds, a.sweep_scale)
+        if a.json:
+            print(json.dumps(out, indent=2))
+        return
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     if a.part in ("serving", "all"):
         out = serving(a.json, a.repeats)

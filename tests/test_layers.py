@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "edge",
         "hardware",
         "overrides",
+        "ray_backend",
         "silicon",
         "sweep",
         "validate_serving",

@@ -37,7 +37,10 @@ EXAMPLES = {
         "trinity simulate edge-stream                           (camera-analytics-edge over its uplink trace)",
         "trinity simulate edge-stream --edge my-edge.yaml --trace uplink.csv --duration 600",
     ],
-    "sweep": ["trinity simulate sweep --seeds 0-4 --workers 2      every policy of both, 5 seeds, mean per policy"],
+    "sweep": [
+        "trinity simulate sweep --seeds 0-4 --workers 2      every policy of both, 5 seeds, mean per policy",
+        "trinity simulate sweep --seeds 0-49 --ray           the same on a local Ray (or --ray ADDRESS: a cluster)",
+    ],
 }
 
 SUMMARY = {
@@ -100,6 +103,14 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--sweep", default="training-link,edge-stream", help="scenarios (comma list)")
     sw.add_argument("--seeds", default="0-2", help="seeds, as 0-4 or 0,3,7 (default 0-2)")
     sw.add_argument("--workers", type=count(1, 1024), help="worker processes (default: the CPUs available)")
+    sw.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on Ray: a local instance of --workers CPUs, or the cluster at ADDRESS ('auto': a running one); "
+        "needs pip install 'aitrinity[ray]'",
+    )
     sw.add_argument("--policy", default="all", help="comma list of static:<choice>, adaptive, oracle")
     _training_options(sw)
     _edge_options(sw)
@@ -210,7 +221,16 @@ def _sweep(args: argparse.Namespace) -> int:
         ]
 
     progress = Progress(args.quiet)
-    results = sweep.run_sweep(jobs, args.workers, lambda done, total: progress.step(done, total, "sweep jobs"))
+
+    def step(done: int, total: int) -> None:
+        progress.step(done, total, "sweep jobs")
+
+    if args.ray is not None:
+        from aitrinity import ray_backend
+
+        results = ray_backend.run_sweep(jobs, args.ray or None, args.workers, step)
+    else:
+        results = sweep.run_sweep(jobs, args.workers, step)
     if args.json:
         print(dump(results))
         return 0
