@@ -218,8 +218,6 @@ class Columns:
     mb: F
     """Micro-batches per step."""
     divisible: B
-    peak: Ints
-    """The pipeline stage with the largest footprint."""
     weights: F
     gradients: F
     optimizer: F
@@ -229,8 +227,6 @@ class Columns:
     """Error-feedback residuals of a gradient compressor."""
     hbm_resident: F
     host_resident: F
-    params_peak: F
-    per_mb_acts: F
     layers_peak: F
     forward: float
     recompute: F
@@ -421,27 +417,24 @@ def columns(
     ]
     heavy = np.array([x.method in ("topk", "sign", "powersgd") for x in syncs])[comp]
     return Columns(
-        mb,
-        divisible,
-        peak,
-        stage_w[peak, pick],
-        stage_g[peak, pick],
-        opt_peak,
-        acts_peak,
-        buffers,
-        hbm_resident,
-        host_resident,
-        params_peak,
-        per_mb_acts,
-        layers_peak,
-        fwd,
-        recomp,
-        exchange,
-        model_total,
-        hbm,
-        streams,
-        period * ones,
-        heavy,
+        mb=mb,
+        divisible=divisible,
+        weights=stage_w[peak, pick],
+        gradients=stage_g[peak, pick],
+        optimizer=opt_peak,
+        activations=acts_peak,
+        buffers=buffers,
+        hbm_resident=hbm_resident,
+        host_resident=host_resident,
+        layers_peak=layers_peak,
+        forward=fwd,
+        recompute=recomp,
+        exchange=exchange,
+        model_total=model_total,
+        hbm_bytes=hbm,
+        streams=streams,
+        period=period * ones,
+        heavy=heavy,
     )
 
 
