@@ -2,11 +2,12 @@
 
 The space: every valid ``(tp, pp)`` layout of the system (tp divides the heads
 and is compatible with the KV heads, pp divides the layers, ``tp · pp`` divides
-the devices and leaves a data-parallel degree the plan's ``ep`` divides) x
-micro-batch x ZeRO stage x recomputation x sequence parallelism x gradient
-compression x optimizer offload. Dtypes, flash attention, ``ep`` and the
-optimizer come from the scenario's plan. Deterministic: rows are enumerated in
-a fixed order and ties go to the first row.
+the devices) x, for a MoE model, every expert-parallel degree ``ep`` that divides
+both the expert count and the data-parallel degree x micro-batch x ZeRO stage x
+recomputation x sequence parallelism x gradient compression x optimizer offload.
+Dtypes, flash attention, a dense model's ``ep`` and the optimizer come from the
+scenario's plan. Deterministic: rows are enumerated in a fixed order and ties go
+to the first row.
 """
 
 from __future__ import annotations
@@ -77,10 +78,14 @@ class PlanChoice(Result):
     binding: str
     added: list[dict[str, Any]] = []
     """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
+    ep: int = 1
+    """Expert parallelism: the experts split over ``ep`` ranks of the data-parallel group (MoE models)."""
 
     @property
     def layout(self) -> str:
-        return f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" v{self.virtual_stages}" if self.virtual_stages > 1 else "")
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        v = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        return f"tp{self.tp} pp{self.pp} dp{self.dp}{ep}{v}"
 
     @property
     def techniques(self) -> str:
@@ -116,6 +121,7 @@ class PlanChoice(Result):
                 "tp": self.tp,
                 "pp": self.pp,
                 "dp": None,
+                "ep": self.ep,
                 "micro_batch": self.micro_batch,
                 "zero": self.zero,
                 "recompute": self.recompute,
@@ -159,6 +165,14 @@ def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
     return out
 
 
+def expert_degrees(m: ModelSpec, dp: int, ep: int) -> list[int]:
+    """The expert-parallel degrees the search tries on a layout of ``dp`` data-parallel ranks: for a MoE model every
+    divisor of the expert count that divides ``dp`` (1 included); for a dense model the scenario's ``ep``."""
+    if not m.moe:
+        return [ep]
+    return [e for e in range(1, dp + 1) if dp % e == 0 and m.moe.num_experts % e == 0]
+
+
 @functools.cache
 def _rows(host: bool, space: Space) -> Rows:
     """The grid of non-layout choices (the same for every layout and system; cached, never mutated)."""
@@ -183,6 +197,7 @@ class _Table:
 
     tp: np.ndarray
     pp: np.ndarray
+    ep: np.ndarray
     rows: Rows
     priced: Priced
     added: np.ndarray
@@ -203,14 +218,18 @@ def evaluate(
 
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
     rows = _rows(system.host_memory is not None, space)
-    tps, pps, parts, added = [], [], [], []
+    tps, pps, eps, parts, added = [], [], [], [], []
     combos = registry.option_combinations("training")
-    for tp, pp in layouts(m, system, base.ep):
-        for c, entries in enumerate(combos):
-            parts.append(price_rows(m, job, registry.with_added(base, entries), system, tp, pp, rows, kernels))
-            tps.append(np.full(len(rows), tp))
-            pps.append(np.full(len(rows), pp))
-            added.append(np.full(len(rows), c))
+    for tp, pp in layouts(m, system, 1 if m.moe else base.ep):
+        for ep in expert_degrees(m, system.num_devices // (tp * pp), base.ep):
+            with_ep = base.model_copy(update={"ep": ep}) if ep != base.ep else base
+            for c, entries in enumerate(combos):
+                plan = registry.with_added(with_ep, entries)
+                parts.append(price_rows(m, job, plan, system, tp, pp, rows, kernels))
+                tps.append(np.full(len(rows), tp))
+                pps.append(np.full(len(rows), pp))
+                eps.append(np.full(len(rows), ep))
+                added.append(np.full(len(rows), c))
     if not parts:
         from aitrinity.errors import SpecError
 
@@ -220,7 +239,9 @@ def evaluate(
     reps = len(parts)
     tiled = Rows(*(np.tile(getattr(rows, f), reps) for f in Rows.__dataclass_fields__))
     priced = Priced(*(np.concatenate([getattr(p, f) for p in parts]) for f in Priced.__dataclass_fields__))
-    return _Table(np.concatenate(tps), np.concatenate(pps), tiled, priced, np.concatenate(added), combos)
+    return _Table(
+        np.concatenate(tps), np.concatenate(pps), np.concatenate(eps), tiled, priced, np.concatenate(added), combos
+    )
 
 
 def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
@@ -245,6 +266,7 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
     return PlanChoice(
         tp=int(t.tp[i]),
         pp=int(t.pp[i]),
+        ep=int(t.ep[i]),
         dp=system.num_devices // int(t.tp[i] * t.pp[i]),
         micro_batch=int(r.micro_batch[i]),
         zero=int(r.zero[i]),

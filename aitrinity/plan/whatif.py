@@ -166,7 +166,7 @@ def resources(system: System) -> list[str]:
 
 
 def _training_plan(c: PlanChoice) -> str:
-    parts = [f"tp{c.tp} pp{c.pp} dp{c.dp} mb{c.micro_batch} ZeRO-{c.zero}", f"rc:{c.recompute}"]
+    parts = [f"{c.layout} mb{c.micro_batch} ZeRO-{c.zero}", f"rc:{c.recompute}"]
     parts += ["SP"] if c.sequence_parallel else []
     parts += [c.compression] if c.compression != "none" else []
     parts += ["opt-offload"] if c.optimizer_offload else []

@@ -37,6 +37,7 @@ def _brute(m, job, base, system, space, objective):
                     **base.model_dump(),
                     "tp": int(t.tp[i]),
                     "pp": int(t.pp[i]),
+                    "ep": int(t.ep[i]),
                     "micro_batch": int(r.micro_batch[i]),
                     "zero": int(r.zero[i]),
                     "recompute": RECOMPUTE[r.recompute[i]],
@@ -60,13 +61,23 @@ def _brute(m, job, base, system, space, objective):
     return t, out
 
 
+CASES = {
+    "dense": ("llama-3.1-8b", 4, TrainingJob(seq_len=4096, global_batch=32), SMALL),
+    # a MoE model: the expert-parallel degree is searched too (1, 2, 4, 8 where dp allows)
+    "moe": ("mixtral-8x7b", 8, TrainingJob(seq_len=2048, global_batch=16), Space(micro_batches=(1,), zero=(1, 3))),
+}
+
+
+@pytest.mark.parametrize("case", ["dense", "moe"])
 @pytest.mark.parametrize("objective", ["time", "cost"])
-def test_search_equals_brute_force(objective):
-    m = catalog.model("llama-3.1-8b")
-    job = TrainingJob(seq_len=4096, global_batch=32)
-    system = make_system(n=4, host_memory="host-dram", inter_node_link="ethernet-25g")
-    res = search_training(m, job, Plan(), system, objective, space=SMALL)
-    t, brute = _brute(m, job, Plan(), system, SMALL, objective)
+def test_search_equals_brute_force(objective, case):
+    name, n, job, space = CASES[case]
+    m = catalog.model(name)
+    system = make_system(n=n, host_memory="host-dram", inter_node_link="ethernet-25g")
+    res = search_training(m, job, Plan(), system, objective, space=space)
+    t, brute = _brute(m, job, Plan(), system, space, objective)
+    if case == "moe":
+        assert set(t.ep.tolist()) == {1, 2, 4, 8}
     feasible = [i for i, v in enumerate(brute) if v is not None]
     assert res.feasible == len(feasible) and res.evaluated == len(brute)
     simple = complexity(t.rows)
@@ -79,6 +90,7 @@ def test_search_equals_brute_force(objective):
     assert (
         b.tp,
         b.pp,
+        b.ep,
         b.micro_batch,
         b.zero,
         b.recompute,
@@ -90,6 +102,7 @@ def test_search_equals_brute_force(objective):
     ) == (
         int(t.tp[best]),
         int(t.pp[best]),
+        int(t.ep[best]),
         int(t.rows.micro_batch[best]),
         int(t.rows.zero[best]),
         RECOMPUTE[t.rows.recompute[best]],
