@@ -253,6 +253,8 @@ def plan(rep: Any) -> str:
 
 
 def sweep(key: str, points: list[tuple[str, Any]]) -> str:
+    if any(rep.kind == "edge" for _, rep in points):
+        return _edge_sweep(key, points)
     serving = any(rep.kind == "serving" for _, rep in points)
     head = (
         _SERVING_HEAD
@@ -271,6 +273,17 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
         changed = previous is not None and row[:2] != previous
         rows.append([value, *row, "<- plan changes" if changed else ""])
         previous = row[:2]
+    return "\n".join([f"best plan for each {key}:", *_table(rows)])
+
+
+def _edge_sweep(key: str, points: list[tuple[str, Any]]) -> str:
+    """An edge plan's best split x codec for each value."""
+    rows = [[key, *_SPLIT_HEAD, ""]]
+    previous = None
+    for value, rep in points:
+        row = _split_row(rep.best)
+        rows.append([value, *row, "<- plan changes" if previous is not None and row[0] != previous else ""])
+        previous = row[0]
     return "\n".join([f"best plan for each {key}:", *_table(rows)])
 
 

@@ -41,6 +41,10 @@ def test_cli_plan_explain_and_sweep(capsys):
     assert main(["plan", "llama-70b-training-h100", "--sweep", "link=25Gbit/s,400Gbit/s"]) == 0
     out = capsys.readouterr().out
     assert "25Gbit/s" in out and "<- plan changes" in out
+    # an edge scenario's sweep shows its best split x codec per value (it raised an internal error before)
+    assert main(["plan", "camera-analytics-edge", "--sweep", "workload.edge.frames_per_s=5,30"]) == 0
+    out = capsys.readouterr().out
+    assert "best plan for each workload.edge.frames_per_s" in out and "acc. drop" in out
     assert main(["plan", "llama-70b-serving-long-context", "--slo-tpot", "30ms"]) == 0
     out = capsys.readouterr().out
     assert "TTFT" in out and "TPOT above the SLO" in out
