@@ -39,11 +39,13 @@ def _ray() -> Any:
     return ray
 
 
-def _run_batch(jobs_json: str) -> str:
-    """A Ray task: JSON text of jobs in, JSON text of their results (or errors) out."""
-    from aitrinity.sweep import run_or_error
+def _run_batch(kind: str, jobs_json: str) -> str:
+    """A Ray task: the name of a job kind and the JSON text of its jobs in, JSON text of their results (or errors)
+    out."""
+    from aitrinity.sweep import JOB_KINDS
 
-    return json.dumps([run_or_error(job) for job in json.loads(jobs_json)])
+    run = JOB_KINDS[kind]
+    return json.dumps([run(job) for job in json.loads(jobs_json)])
 
 
 def run_sweep(
@@ -51,10 +53,11 @@ def run_sweep(
     address: str | None = None,
     cpus: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    kind: str = "simulation",
 ) -> list[dict[str, Any]]:
-    """Run ``jobs`` on Ray: a new local instance of ``cpus`` CPUs (default: all) when ``address`` is None,
-    else the cluster at ``address`` ("auto" finds a running one). Results in job order, as
-    :func:`aitrinity.sweep.run_sweep` returns them."""
+    """Run ``jobs`` of ``kind`` (:data:`aitrinity.sweep.JOB_KINDS`) on Ray: a new local instance of ``cpus`` CPUs
+    (default: all) when ``address`` is None, else the cluster at ``address`` ("auto" finds a running one).
+    Results in job order, as :func:`aitrinity.sweep.run_sweep` returns them."""
     n = len(jobs)
     if n == 0:
         return []
@@ -70,13 +73,15 @@ def run_sweep(
             where = address or "this machine"
             raise SpecError.at("--ray", f"cannot start or reach a Ray cluster at {where}: {e}") from None
     try:
-        return _run(ray, jobs, progress)
+        return _run(ray, jobs, progress, kind)
     finally:
         if started:
             ray.shutdown()
 
 
-def _run(ray: Any, jobs: Sequence[dict[str, Any]], progress: Callable[[int, int], None] | None) -> list[dict[str, Any]]:
+def _run(
+    ray: Any, jobs: Sequence[dict[str, Any]], progress: Callable[[int, int], None] | None, kind: str
+) -> list[dict[str, Any]]:
     from aitrinity.sweep import failure
 
     n = len(jobs)
@@ -84,7 +89,7 @@ def _run(ray: Any, jobs: Sequence[dict[str, Any]], progress: Callable[[int, int]
     tasks = min(n, TASKS_PER_CPU * cpus)
     task = ray.remote(max_retries=MAX_RETRIES)(_run_batch)
     # task t takes jobs t, t + tasks, ...: a mix of every scenario and policy, so that tasks take about as long
-    pending = {task.remote(json.dumps([jobs[k] for k in range(t, n, tasks)])): t for t in range(tasks)}
+    pending = {task.remote(kind, json.dumps([jobs[k] for k in range(t, n, tasks)])): t for t in range(tasks)}
     results: list[dict[str, Any] | None] = [None] * n
     errors: list[tuple[int, str]] = []
     done = 0

@@ -161,9 +161,38 @@ def run_or_error(job: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"{e.__class__.__name__}: {e}"}
 
 
+def plan_point(job: dict[str, Any]) -> dict[str, Any]:
+    """One value of ``trinity plan --sweep``: ``api.plan`` of the job's scenario (a catalog name or a file every
+    worker can read) with its overrides; the report as JSON (``kind`` names its class), or ``{"error": ...}``."""
+    from aitrinity import api
+    from aitrinity.errors import TrinityError
+
+    try:
+        rep = api.plan(
+            job["scenario"],
+            job.get("objective"),
+            1,
+            job.get("overrides", []),
+            job.get("start", "naive"),
+            job.get("ttft_slo"),
+            job.get("tpot_slo"),
+        )
+    except (TrinityError, ValueError, KeyError) as e:
+        return {"error": f"{e.__class__.__name__}: {e}"}
+    return {"kind": type(rep).__name__, "report": rep.model_dump(mode="json")}
+
+
+JOB_KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "simulation": run_or_error,
+    "plan": plan_point,
+}
+"""What a worker can run, by name: a sweep job's kind travels as this plain string, never as code."""
+
+
 def failure(jobs: Sequence[dict[str, Any]], k: int, error: str) -> SpecError:
-    """The error a sweep raises for job ``k``: which job (scenario, policy) and why."""
-    return SpecError.at(f"sweep job {k} ({jobs[k].get('scenario')}, {jobs[k].get('policy')})", error)
+    """The error a sweep raises for job ``k``: which job (scenario, policy or overrides) and why."""
+    what = jobs[k].get("policy") or ", ".join(jobs[k].get("overrides", []))
+    return SpecError.at(f"sweep job {k} ({jobs[k].get('scenario')}, {what})", error)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -61,3 +61,16 @@ def test_without_ray_the_cli_says_how_to_install_it(monkeypatch, capsys):
     assert main([*SWEEP, "--ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'aitrinity[ray]'" in err[0]
+
+
+def test_plan_sweep_on_ray_prints_what_the_local_loop_prints(local_ray, capsys):
+    sweep = ["plan", "llama-70b-training-h100", "--sweep", "link=25Gbit/s,400Gbit/s"]
+    for extra in ([], ["--json"]):
+        assert main([*sweep, *extra]) == 0
+        local = capsys.readouterr().out
+        assert main([*sweep, *extra, "--ray"]) == 0
+        assert capsys.readouterr().out == local
+    # a value that fails is named, in one line
+    assert main(["plan", "llama-70b-training-h100", "--sweep", "link=no-such-link", "--ray"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep job 0 (llama-70b-training-h100, link=no-such-link)" in err[0]

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from aitrinity import __version__
@@ -158,6 +159,14 @@ def _add_plan(sub: Any) -> None:
         metavar="KEY=V1,V2,...",
         help="re-plan for each value of one override (e.g. link=25Gbit/s,100Gbit/s,400Gbit/s) and "
         "show where the best plan changes",
+    )
+    pl.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="with --sweep: plan the values on Ray, a local instance or the cluster at ADDRESS (the scenario: a "
+        "catalog name or a file every node can read); needs pip install 'aitrinity[ray]'",
     )
     pl.add_argument(
         "--set",
@@ -376,18 +385,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         key, _, values = args.sweep.partition("=")
         if not key or not values:
             raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
-        points = []
-        for v in values.split(","):
-            rep = api.plan(
-                args.scenario,
-                args.objective,
-                1,
-                [*args.overrides, f"{key}={v.strip()}"],
-                args.start,
-                args.slo_ttft,
-                args.slo_tpot,
-            )
-            points.append((v.strip(), rep))
+        vals = [v.strip() for v in values.split(",")]
+        if args.ray is not None:
+            points = list(zip(vals, _plan_on_ray(args, key, vals), strict=True))
+        else:
+            points = []
+            for v in vals:
+                rep = api.plan(
+                    args.scenario,
+                    args.objective,
+                    1,
+                    [*args.overrides, f"{key}={v}"],
+                    args.start,
+                    args.slo_ttft,
+                    args.slo_tpot,
+                )
+                points.append((v, rep))
         if args.json:
             print(dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
         else:
@@ -408,6 +421,36 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(render.plan(rep))
     return 0
+
+
+def _plan_on_ray(args: argparse.Namespace, key: str, values: list[str]) -> list[Any]:
+    """The sweep's plans computed on Ray (aitrinity.ray_backend): each value a job of plain JSON, each report
+    back as JSON, rebuilt here into the same objects the local loop makes."""
+    from aitrinity import ray_backend
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.split import EdgePlanReport
+
+    scenario = str(Path(args.scenario).resolve()) if Path(args.scenario).is_file() else args.scenario
+    jobs = [
+        {
+            "scenario": scenario,
+            "objective": args.objective,
+            "overrides": [*args.overrides, f"{key}={v}"],
+            "start": args.start,
+            "ttft_slo": args.slo_ttft,
+            "tpot_slo": args.slo_tpot,
+        }
+        for v in values
+    ]
+    progress = Progress(getattr(args, "quiet", False))
+    out = ray_backend.run_sweep(
+        jobs, args.ray or None, progress=lambda d, n: progress.step(d, n, "sweep values"), kind="plan"
+    )
+    classes: dict[str, type[PlanReport] | type[EdgePlanReport]] = {
+        "PlanReport": PlanReport,
+        "EdgePlanReport": EdgePlanReport,
+    }
+    return [classes[r["kind"]].model_validate(r["report"]) for r in out]
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
