@@ -73,7 +73,7 @@ SyncEffect = Callable[[Any, GradSync], GradSync]
 
 EXTRA_SYNC_EFFECTS: dict[str, SyncEffect] = {}
 """The sync effects of training exchanges registered besides the built-in ones, by kind
-(:func:`aitrinity.plan.registry.register` fills it). The scalar ledger and the planner's vectorized rows both
+(:func:`aitrinity.plan.registry.register` fills it). The one-plan ledger and the planner's vectorized rows both
 read the synchronisation through :func:`grad_sync`, so an effect given here is written once for both."""
 
 

@@ -109,7 +109,7 @@ ServingEffect = Callable[[Any, Plan, ServingEffects], tuple[Plan, ServingEffects
 
 EXTRA_EFFECTS: dict[str, ServingEffect] = {}
 """The effects of exchanges registered besides the built-in ones, by kind (:func:`aitrinity.plan.registry.register`
-fills it). Every pricing path -- the scalar ledger, ``diagnose``'s estimate and the planner's vectorized rows --
+fills it). Every pricing path -- the one-plan ledger, ``diagnose``'s estimate and the planner's vectorized rows --
 reads the exchanges through :func:`effects`, so an effect given here is written once for all of them."""
 
 

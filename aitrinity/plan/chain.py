@@ -3,7 +3,7 @@
 Starting from the baseline, the moves that separate it from the target plan
 are applied one at a time, greedily: first the move that brings the plan
 closest to fitting in memory, then, once it fits, the one that improves the
-objective most. Each step is priced with the scalar ledger and diagnosed, so it
+objective most. Each step is priced with the one-plan ledger and diagnosed, so it
 names the resource it relieved (what bound before), what binds after, and the
 gain -- computation -> bandwidth -> memory -> computation made visible. Backing
 a technique out is shown as the reverse trade.

@@ -18,7 +18,7 @@ planner should try as ``options``: it is then priced by ``diagnose`` and the pla
 explained in the chain and reported (``tests/plan/test_registry.py`` registers a toy one). A training
 technique registered from outside gives its effect on the data-parallel gradient synchronisation
 (:data:`~aitrinity.cost.effects.SyncEffect`, read through :func:`aitrinity.cost.effects.grad_sync` by the
-scalar ledger and the vectorized rows alike), with the same four consequences.
+one-plan ledger and the vectorized rows alike), with the same four consequences.
 """
 
 from __future__ import annotations

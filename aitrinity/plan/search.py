@@ -213,7 +213,7 @@ def evaluate(
     space: Space = DEFAULT_SPACE,
     kernels: Kernels | None = None,
 ) -> _Table:
-    if job.seq_len > m.max_seq_len:  # the one job check the layout-independent scalar path makes first
+    if job.seq_len > m.max_seq_len:  # the one job check the one-plan ledger makes first
         from aitrinity.errors import SpecError
 
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
