@@ -13,14 +13,24 @@ A design is written as
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from aitrinity import catalog
 from aitrinity.api import resolve
 from aitrinity.catalog.loader import is_file, read_yaml
 from aitrinity.errors import SpecError
-from aitrinity.plan.whatif import HARDWARE_OBJECTIVES, Case, Comparison, compare
+from aitrinity.plan.whatif import (
+    HARDWARE_OBJECTIVES,
+    Case,
+    Comparison,
+    WorkloadResult,
+    analyse,
+    compare,
+    comparison,
+)
 from aitrinity.spec._base import validate
 from aitrinity.spec.edge import EdgeScenario
 from aitrinity.spec.suite import Design, Suite
@@ -82,8 +92,67 @@ def compare_hardware(
     constraint: float = 0.5,
     refine: int = 2,
     progress: Callable[[str], None] | None = None,
+    ray: str | None = None,
 ) -> Comparison:
-    """Compare designs over a suite (built-in name or file): best plans, elasticities, flexibility."""
+    """Compare designs over a suite (built-in name or file): best plans, elasticities, flexibility.
+
+    ``ray``: analyse the cases on Ray (:mod:`aitrinity.ray_backend`), a local instance ("") or the cluster at that
+    address; each case travels as plain JSON (the suite, the designs, its index) and comes back as JSON."""
+    s, parsed, base = _prepare(designs, suite, objective, step, constraint)
+    goal = HARDWARE_OBJECTIVES[objective]
+    if ray is None:
+        return compare(cases(s, parsed, base), s.name, goal, step, constraint, refine, progress)
+    from aitrinity import ray_backend
+
+    n = len(parsed) * len(s.workloads)
+    job = {
+        "suite": _portable(suite),
+        "designs": [_portable(d) for d in designs],
+        "objective": objective,
+        "step": step,
+        "constraint": constraint,
+        "refine": refine,
+    }
+    jobs = [{**job, "case": i} for i in range(n)]
+
+    def tick(done: int, total: int) -> None:
+        if progress:
+            progress(f"{done} of {total} design x workload cases")
+
+    out = ray_backend.run_sweep(jobs, ray or None, progress=tick, kind="hardware")
+    results = [WorkloadResult.model_validate(o["result"]) for o in out]
+    replans = sum(int(o["replans"]) for o in out)
+    return comparison(s.name, goal, step, constraint, results, replans)
+
+
+def _portable(ref: str) -> str:
+    """A file argument as an absolute path (a Ray worker runs elsewhere); a name as it is."""
+    return str(Path(ref).resolve()) if ref.endswith((".yaml", ".yml")) and is_file(Path(ref)) else ref
+
+
+@functools.lru_cache(maxsize=4)
+def _cases_of(suite: str, designs: tuple[str, ...]) -> list[Case]:
+    s, parsed, base = _prepare(designs, suite, "performance", 0.1, 0.5)
+    return cases(s, parsed, base)
+
+
+def hardware_case(job: dict[str, Any]) -> dict[str, Any]:
+    """One design x workload case of a comparison, run where a Ray task runs it: its result and re-plans as JSON
+    (the cases of a suite and designs are resolved once per worker process)."""
+    replans = [0]
+
+    def tick() -> None:
+        replans[0] += 1
+
+    case = _cases_of(job["suite"], tuple(job["designs"]))[job["case"]]
+    objective = HARDWARE_OBJECTIVES[job["objective"]]
+    r = analyse(case, objective, job["step"], job["constraint"], job["refine"], tick)
+    return {"result": r.model_dump(mode="json"), "replans": replans[0]}
+
+
+def _prepare(
+    designs: Sequence[str], suite: str, objective: str, step: float, constraint: float
+) -> tuple[Suite, list[Design], Path | None]:
     if not designs:
         raise SpecError("designs", None, "at least one design (e.g. h100-sxm h200)")
     if objective not in HARDWARE_OBJECTIVES:
@@ -98,4 +167,4 @@ def compare_hardware(
     names = [d.name for d in parsed]
     if len(set(names)) != len(names):
         raise SpecError("designs", ", ".join(names), "distinct design names")
-    return compare(cases(s, parsed, base), s.name, HARDWARE_OBJECTIVES[objective], step, constraint, refine, progress)
+    return s, parsed, base

@@ -182,16 +182,28 @@ def plan_point(job: dict[str, Any]) -> dict[str, Any]:
     return {"kind": type(rep).__name__, "report": rep.model_dump(mode="json")}
 
 
+def hardware_case(job: dict[str, Any]) -> dict[str, Any]:
+    """One case of ``trinity hardware compare`` (:func:`aitrinity.hardware.hardware_case`), or ``{"error": ...}``."""
+    from aitrinity.errors import TrinityError
+    from aitrinity.hardware import hardware_case as run
+
+    try:
+        return run(job)
+    except (TrinityError, ValueError, KeyError) as e:
+        return {"error": f"{e.__class__.__name__}: {e}"}
+
+
 JOB_KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "simulation": run_or_error,
     "plan": plan_point,
+    "hardware": hardware_case,
 }
 """What a worker can run, by name: a sweep job's kind travels as this plain string, never as code."""
 
 
 def failure(jobs: Sequence[dict[str, Any]], k: int, error: str) -> SpecError:
     """The error a sweep raises for job ``k``: which job (scenario, policy or overrides) and why."""
-    what = jobs[k].get("policy") or ", ".join(jobs[k].get("overrides", []))
+    what = jobs[k].get("policy") or ", ".join(jobs[k].get("overrides", [])) or f"case {jobs[k].get('case')}"
     return SpecError.at(f"sweep job {k} ({jobs[k].get('scenario')}, {what})", error)
 
 

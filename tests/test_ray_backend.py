@@ -74,3 +74,12 @@ def test_plan_sweep_on_ray_prints_what_the_local_loop_prints(local_ray, capsys):
     assert main(["plan", "llama-70b-training-h100", "--sweep", "link=no-such-link", "--ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep job 0 (llama-70b-training-h100, link=no-such-link)" in err[0]
+
+
+def test_hardware_compare_on_ray_prints_what_the_local_run_prints(local_ray, capsys):
+    compare = ["hardware", "compare", "h100-sxm", "h200:hbm_capacity=+50%", "--suite", "tests/data/small-suite.yaml"]
+    for extra in (["--quiet"], ["--quiet", "--json"]):
+        assert main([*compare, *extra]) == 0
+        local = capsys.readouterr().out
+        assert main([*compare, *extra, "--ray"]) == 0
+        assert capsys.readouterr().out == local

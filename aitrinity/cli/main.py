@@ -318,6 +318,14 @@ def _add_hardware(sub: Any) -> None:
     hc.add_argument("--step", type=float, default=0.1, help="resource increase for elasticities (default 0.1)")
     hc.add_argument("--constraint", type=float, default=0.5, help="resource factor for retention (default 0.5)")
     hc.add_argument("--refine", type=int, default=2, help="bisection steps locating plan switches (default 2)")
+    hc.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="analyse the design x workload cases on Ray, a local instance or the cluster at ADDRESS; needs "
+        "pip install 'aitrinity[ray]'",
+    )
     hc.add_argument("--quiet", action="store_true", help="no progress on stderr")
     hc.add_argument("--json", action="store_true")
     hc.add_argument("--timings", action="store_true", help="print the search's wall-clock time on stderr")
@@ -576,7 +584,7 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     result = compare_hardware(
-        args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say
+        args.designs, args.suite, args.objective, args.step, args.constraint, args.refine, progress=say, ray=args.ray
     )
     if args.timings:
         print(f"trinity: {result.replans} re-plans in {time.perf_counter() - start:.1f} s", file=sys.stderr)

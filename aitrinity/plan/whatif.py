@@ -374,7 +374,19 @@ def compare(
         if progress:
             progress(f"{c.design} / {c.workload}")
         results.append(analyse(c, objective, step, constraint, refine, tick))
-    designs = list(dict.fromkeys(c.design for c in cases))
+    return comparison(suite, objective, step, constraint, results, count[0])
+
+
+def comparison(
+    suite: str,
+    objective: HardwareObjective,
+    step: float,
+    constraint: float,
+    results: list[WorkloadResult],
+    replans: int,
+) -> Comparison:
+    """The comparison of the analysed cases (in suite order, design by design): the designs scored."""
+    designs = list(dict.fromkeys(r.design for r in results))
     return Comparison(
         suite=suite,
         objective=objective,
@@ -384,5 +396,5 @@ def compare(
         designs=designs,
         results=results,
         scores=score(results, designs),
-        replans=count[0],
+        replans=replans,
     )
