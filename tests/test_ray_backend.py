@@ -83,3 +83,11 @@ def test_hardware_compare_on_ray_prints_what_the_local_run_prints(local_ray, cap
         local = capsys.readouterr().out
         assert main([*compare, *extra, "--ray"]) == 0
         assert capsys.readouterr().out == local
+
+
+def test_plan_scenarios_on_ray_prints_what_the_local_loop_prints(local_ray, capsys):
+    for extra in ([], ["--json"]):
+        assert main(["plan", "--scenarios", "examples", *extra]) == 0
+        local = capsys.readouterr().out
+        assert main(["plan", "--scenarios", "examples", *extra, "--ray"]) == 0
+        assert capsys.readouterr().out == local

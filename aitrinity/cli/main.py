@@ -134,10 +134,16 @@ def _add_plan(sub: Any) -> None:
   trinity plan llama-70b-serving-long-context --slo-ttft 30s --slo-tpot 50ms
   trinity plan llama-70b-training-h100 --sweep link=25Gbit/s,100Gbit/s,400Gbit/s
   trinity plan camera-analytics-edge --objective energy
+  trinity plan --scenarios examples/ --ray                    the best plan of every scenario file, on Ray
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    pl.add_argument("scenario", metavar="SCENARIO", help="scenario file or built-in name")
+    pl.add_argument("scenario", metavar="SCENARIO", nargs="?", help="scenario file or built-in name")
+    pl.add_argument(
+        "--scenarios",
+        metavar="DIR",
+        help="instead of one SCENARIO: the best plan of every scenario file (*.yaml) in DIR, one table per kind",
+    )
     pl.add_argument(
         "--objective",
         choices=["time", "throughput", "latency", "cost", "energy"],
@@ -165,8 +171,8 @@ def _add_plan(sub: Any) -> None:
         nargs="?",
         const="",
         metavar="ADDRESS",
-        help="with --sweep: plan the values on Ray, a local instance or the cluster at ADDRESS (the scenario: a "
-        "catalog name or a file every node can read); needs pip install 'aitrinity[ray]'",
+        help="with --sweep or --scenarios: plan on Ray, a local instance or the cluster at ADDRESS (scenarios: "
+        "catalog names or files every node can read); needs pip install 'aitrinity[ray]'",
     )
     pl.add_argument(
         "--set",
@@ -389,13 +395,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     top = getattr(args, "top", 1)
     if top < 1:
         raise SpecError("--top", top, "a positive number")
+    if getattr(args, "scenarios", None):
+        if args.scenario or getattr(args, "sweep", None):
+            raise SpecError("--scenarios", args.scenarios, "no SCENARIO and no --sweep with it")
+        return _plan_scenarios(args)
+    if not args.scenario:
+        raise SpecError("SCENARIO", None, "a scenario file or built-in name (or --scenarios DIR)", missing=True)
     if getattr(args, "sweep", None):
         key, _, values = args.sweep.partition("=")
         if not key or not values:
             raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
         vals = [v.strip() for v in values.split(",")]
-        if args.ray is not None:
-            points = list(zip(vals, _plan_on_ray(args, key, vals), strict=True))
+        if getattr(args, "ray", None) is not None:
+            on_ray = _plan_on_ray(args, [(args.scenario, [*args.overrides, f"{key}={v}"]) for v in vals])
+            points = list(zip(vals, on_ray, strict=True))
         else:
             points = []
             for v in vals:
@@ -431,28 +444,54 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_on_ray(args: argparse.Namespace, key: str, values: list[str]) -> list[Any]:
-    """The sweep's plans computed on Ray (aitrinity.ray_backend): each value a job of plain JSON, each report
+def _plan_scenarios(args: argparse.Namespace) -> int:
+    """``trinity plan --scenarios DIR``: the best plan of every scenario file in DIR, here or on Ray."""
+    from aitrinity import api
+    from aitrinity.cli import render
+
+    folder = Path(args.scenarios)
+    if not folder.is_dir():
+        raise SpecError("--scenarios", args.scenarios, "a directory of scenario files (*.yaml)")
+    files = sorted(str(p) for p in folder.glob("*.yaml") if p.is_file())
+    if not files:
+        raise SpecError("--scenarios", args.scenarios, "a directory with at least one scenario file (*.yaml)")
+    if args.ray is not None:
+        reps = _plan_on_ray(args, [(f, list(args.overrides)) for f in files])
+    else:
+        progress = Progress(getattr(args, "quiet", False))
+        reps = []
+        for i, f in enumerate(files):
+            reps.append(api.plan(f, args.objective, 1, args.overrides, args.start, args.slo_ttft, args.slo_tpot))
+            progress.step(i + 1, len(files), "scenarios")
+    names = [Path(f).name for f in files]
+    if args.json:
+        print(dump([{"file": n, **r.model_dump(mode="json")} for n, r in zip(names, reps, strict=True)]))
+    else:
+        print(render.best_per_scenario(list(zip(names, reps, strict=True))))
+    return 0
+
+
+def _plan_on_ray(args: argparse.Namespace, points: list[tuple[str, list[str]]]) -> list[Any]:
+    """Plans of (scenario, overrides) computed on Ray (aitrinity.ray_backend): each a job of plain JSON, each report
     back as JSON, rebuilt here into the same objects the local loop makes."""
     from aitrinity import ray_backend
     from aitrinity.plan.report import PlanReport
     from aitrinity.plan.split import EdgePlanReport
 
-    scenario = str(Path(args.scenario).resolve()) if Path(args.scenario).is_file() else args.scenario
     jobs = [
         {
-            "scenario": scenario,
+            "scenario": str(Path(ref).resolve()) if Path(ref).is_file() else ref,
             "objective": args.objective,
-            "overrides": [*args.overrides, f"{key}={v}"],
+            "overrides": overrides,
             "start": args.start,
             "ttft_slo": args.slo_ttft,
             "tpot_slo": args.slo_tpot,
         }
-        for v in values
+        for ref, overrides in points
     ]
     progress = Progress(getattr(args, "quiet", False))
     out = ray_backend.run_sweep(
-        jobs, args.ray or None, progress=lambda d, n: progress.step(d, n, "sweep values"), kind="plan"
+        jobs, getattr(args, "ray", None) or None, progress=lambda d, n: progress.step(d, n, "plans"), kind="plan"
     )
     classes: dict[str, type[PlanReport] | type[EdgePlanReport]] = {
         "PlanReport": PlanReport,

@@ -168,6 +168,7 @@ def catalog_entry(kind: str, data: dict[str, Any], derived: dict[str, str]) -> s
     return "\n".join(lines)
 
 
+_TRAINING_HEAD = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
 _SERVING_HEAD = ["layout", "techniques", "TTFT", "TPOT", "tokens/s", "memory", "$/M tok", "acc. loss", "decode binds"]
 
 
@@ -207,10 +208,7 @@ def _row(c: Any) -> list[str]:
 def _choices(title: str, choices: list[Any]) -> list[str]:
     if not choices:
         return []
-    if hasattr(choices[0], "batch"):
-        head = _SERVING_HEAD
-    else:
-        head = ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
+    head = _SERVING_HEAD if hasattr(choices[0], "batch") else _TRAINING_HEAD
     return [title, *_table([head, *(_row(c) for c in choices)])]
 
 
@@ -256,11 +254,7 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
     if any(rep.kind == "edge" for _, rep in points):
         return _edge_sweep(key, points)
     serving = any(rep.kind == "serving" for _, rep in points)
-    head = (
-        _SERVING_HEAD
-        if serving
-        else ["layout", "techniques", "step", "tokens/s", "memory", "bytes moved", "$/M tok", "binds"]
-    )
+    head = _SERVING_HEAD if serving else _TRAINING_HEAD
     rows = [[key, *head, ""]]
     previous = None
     for value, rep in points:
@@ -274,6 +268,24 @@ def sweep(key: str, points: list[tuple[str, Any]]) -> str:
         rows.append([value, *row, "<- plan changes" if changed else ""])
         previous = row[:2]
     return "\n".join([f"best plan for each {key}:", *_table(rows)])
+
+
+def best_per_scenario(points: list[tuple[str, Any]]) -> str:
+    """``trinity plan --scenarios``: the best plan of each scenario, one table per kind (training, serving, edge)."""
+    out = []
+    for kind, head in (("training", _TRAINING_HEAD), ("serving", _SERVING_HEAD), ("edge", _SPLIT_HEAD)):
+        rows = [["scenario", *head]]
+        for name, rep in points:
+            if rep.kind != kind:
+                continue
+            best = rep.best if kind == "edge" else rep.search.best
+            if best is None:
+                rows.append([name, "no feasible plan", *[""] * (len(head) - 1)])
+            else:
+                rows.append([name, *(_split_row(best) if kind == "edge" else _row(best))])
+        if len(rows) > 1:
+            out += [f"best {kind} plans:", *_table(rows), ""]
+    return "\n".join(out).rstrip()
 
 
 def _edge_sweep(key: str, points: list[tuple[str, Any]]) -> str:
