@@ -499,7 +499,7 @@ class _Engine:
         if cfg.mixed_batches or not (inst.waiting or len(decode) < len(inst.running)):
             chunks, load_bytes = self._schedule(i, inst, len(decode))
         else:  # a prefill iteration if a prompt can run (none admitted with the whole budget: a decode iteration)
-            chunks, load_bytes = self._schedule(i, inst, 0)
+            chunks, load_bytes = self._schedule(i, inst, 0, prefill_only=True)
             if chunks:
                 decode = []
         ff = cfg.fast_forward and not inst.lagging and not chunks and admitted == self.admissions
@@ -596,10 +596,17 @@ class _Engine:
         inst.run = None
         self.sim.at(float(run.ends[run.applied - 1]), self.iterate, i)
 
-    def _schedule(self, i: int, inst: _Instance, n_decode: int) -> tuple[list[tuple[_Req, int]], float]:
+    def _schedule(
+        self, i: int, inst: _Instance, n_decode: int, prefill_only: bool = False
+    ) -> tuple[list[tuple[_Req, int]], float]:
         """Fill the token budget after the decodes: running prompts' next chunks, then waiting requests admitted in
-        order while their whole prompt and first token fit (with their cached prefix loaded, not computed)."""
+        order while their whole prompt and first token fit (with their cached prefix loaded, not computed).
+
+        ``prefill_only`` (an iteration without decodes): admission also keeps a KV slot for the next token of every
+        running request and of each one it admits, so that the decode iteration after it fits. Without that, a
+        request preempted for room would be admitted again at once and preempted again, with no decode between."""
         budget = self.cfg.token_budget - n_decode
+        keep = len(inst.running) if prefill_only else n_decode
         chunks: list[tuple[_Req, int]] = []
         load_bytes = 0.0
         for r in inst.running:
@@ -609,8 +616,9 @@ class _Engine:
                 budget -= n
         while inst.waiting and budget > 0 and len(inst.running) < self.cfg.max_batch:
             r = inst.waiting[0]
-            if inst.kv_used + n_decode + r.reserved > self.capacity:
+            if inst.kv_used + keep + r.reserved > self.capacity:
                 break
+            keep += prefill_only
             inst.waiting.popleft()
             r.admitted_at = self.admissions
             self.admissions += 1
