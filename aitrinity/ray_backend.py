@@ -1,4 +1,5 @@
-"""Sweeps on a Ray cluster (``trinity simulate sweep --ray [ADDRESS]``): the one module that uses Ray.
+"""Work on a Ray cluster (``--ray [ADDRESS]`` of ``trinity simulate sweep``, ``trinity plan --sweep``, ``trinity
+plan --scenarios`` and ``trinity hardware compare``): the one module that uses Ray.
 
 Security: Ray's task transport serializes with pickle between the processes of one Ray cluster. That is
 accepted here, and only here, because a Ray cluster is a trusted boundary by Ray's own security model: a
@@ -7,12 +8,12 @@ authentication on). Nothing of this project deserializes pickle from a file, a s
 module hands to a Ray task is the JSON text of its jobs, and what it takes back is the JSON text of their
 results -- plain strings, never objects whose unpickling would run this project's code.
 
-The jobs are those of :mod:`aitrinity.sweep` and run the same function (:func:`aitrinity.sweep.run_or_error`),
-so the results are the local pool's, in the same order. They are dealt into about four tasks per CPU of the
-cluster (task t takes jobs t, t + T, ...: every task a similar mix), not one task per job: a simulation can take
-milliseconds, and a Ray task costs most of one (``benchmarks/bench_sim.py --part ray`` measures it). A task
-whose worker dies is retried by Ray (``max_retries``); a job that raises is reported with its index, scenario and
-policy.
+The jobs are those of :mod:`aitrinity.sweep` and run the functions the local paths run, named by
+:data:`aitrinity.sweep.JOB_KINDS`, so the results are the local ones, in the same order. They are dealt into
+about four tasks per CPU of the cluster (task t takes jobs t, t + T, ...: every task a similar mix), not one task
+per job: a simulation can take milliseconds, and a Ray task costs most of one (``benchmarks/bench_sim.py --part
+ray`` measures it). A task whose worker dies is retried by Ray (``max_retries``); a job that raises is reported
+with its index, its scenario and its policy, override or case.
 
 Ray is an optional extra (``pip install 'aitrinity[ray]'``), imported only when asked for.
 """
