@@ -151,54 +151,59 @@ def main() -> int:
     return 0
 
 
-def run_or_error(job: dict[str, Any]) -> dict[str, Any]:
-    """:func:`run_job`, or ``{"error": ...}`` with the reason when the job raises (the sweep reports which)."""
-    from aitrinity.errors import TrinityError
+Job = Callable[[dict[str, Any]], dict[str, Any]]
 
-    try:
-        return run_job(job)
-    except (TrinityError, ValueError, KeyError) as e:
-        return {"error": f"{e.__class__.__name__}: {e}"}
+
+def or_error(run: Job) -> Job:
+    """``run``, answering ``{"error": ...}`` with the reason when the job raises (the sweep reports which job)."""
+
+    def guarded(job: dict[str, Any]) -> dict[str, Any]:
+        from aitrinity.errors import TrinityError
+
+        try:
+            return run(job)
+        except (TrinityError, ValueError, KeyError) as e:
+            return {"error": f"{e.__class__.__name__}: {e}"}
+
+    return guarded
+
+
+run_or_error = or_error(run_job)
+"""A simulation job, or its error."""
 
 
 def plan_point(job: dict[str, Any]) -> dict[str, Any]:
-    """One value of ``trinity plan --sweep``: ``api.plan`` of the job's scenario (a catalog name or a file every
-    worker can read) with its overrides; the report as JSON (``kind`` names its class), or ``{"error": ...}``."""
+    """One value of ``trinity plan --sweep`` or one file of ``--scenarios``: ``api.plan`` of the job's scenario (a
+    catalog name or a file every worker can read) with its overrides; the report as JSON (``kind`` names its
+    class)."""
     from aitrinity import api
-    from aitrinity.errors import TrinityError
 
-    try:
-        rep = api.plan(
-            job["scenario"],
-            job.get("objective"),
-            1,
-            job.get("overrides", []),
-            job.get("start", "naive"),
-            job.get("ttft_slo"),
-            job.get("tpot_slo"),
-        )
-    except (TrinityError, ValueError, KeyError) as e:
-        return {"error": f"{e.__class__.__name__}: {e}"}
+    rep = api.plan(
+        job["scenario"],
+        job.get("objective"),
+        1,
+        job.get("overrides", []),
+        job.get("start", "naive"),
+        job.get("ttft_slo"),
+        job.get("tpot_slo"),
+    )
     return {"kind": type(rep).__name__, "report": rep.model_dump(mode="json")}
 
 
 def hardware_case(job: dict[str, Any]) -> dict[str, Any]:
-    """One case of ``trinity hardware compare`` (:func:`aitrinity.hardware.hardware_case`), or ``{"error": ...}``."""
-    from aitrinity.errors import TrinityError
+    """One case of ``trinity hardware compare`` (:func:`aitrinity.hardware.hardware_case`)."""
     from aitrinity.hardware import hardware_case as run
 
-    try:
-        return run(job)
-    except (TrinityError, ValueError, KeyError) as e:
-        return {"error": f"{e.__class__.__name__}: {e}"}
+    return run(job)
 
 
-JOB_KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+JOB_KINDS: dict[str, Job] = {
     "simulation": run_or_error,
-    "plan": plan_point,
-    "hardware": hardware_case,
+    "plan": or_error(plan_point),
+    "hardware": or_error(hardware_case),
 }
-"""What a worker can run, by name: a sweep job's kind travels as this plain string, never as code."""
+"""What a worker can run, by name (each answers its result or its error): a sweep job's kind travels as this plain
+string, never as code."""
 
 
 def failure(jobs: Sequence[dict[str, Any]], k: int, error: str) -> SpecError:

@@ -283,6 +283,18 @@ class MemoryColumns:
 
 
 @dataclass(frozen=True)
+class RowFactors:
+    """Per row: bytes of a weight and of a KV value (its quantization), KV bytes per token on one device, bytes on a
+    link per KV byte, and dequantization FLOPs per weight."""
+
+    weight_bytes: F
+    kv_bytes: F
+    kv_per_token: F
+    kv_wire: F
+    dequant_flops: F
+
+
+@dataclass(frozen=True)
 class ServingArrays:
     """The phases and memory of every row of one layout (the plan's ``tp``, ``pp``): ``plan`` carries the
     scenario's dtypes and exchanges as :func:`effects` applied them, the rows their own quantization and KV
@@ -296,9 +308,8 @@ class ServingArrays:
     """Where a row's offloaded KV lives."""
 
     @cached_property
-    def per_row(self) -> tuple[F, F, F, F, F]:
-        """(weight bytes, KV bytes per value, KV bytes per token per device, KV wire ratio, dequant FLOPs per
-        weight) of every row."""
+    def per_row(self) -> RowFactors:
+        """What each row's quantization and the plan's exchanges make of a weight and a KV value."""
         m, plan, fx, rows = self.m, self.plan, self.fx, self.rows
         base_w, base_kv = BYTES_PER_DTYPE[plan.weights_dtype], BYTES_PER_DTYPE[plan.cache_dtype]
         wq = np.array([base_w, *(BYTES_PER_DTYPE[d] for d in WEIGHT_DTYPES[1:])])[rows.weight_dtype]
@@ -308,7 +319,7 @@ class ServingArrays:
         ratio = ratio * fx.kv_wire_scale
         kv_tok = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, plan.tp) / plan.pp * kq  # dtype bytes: powers of 2
         dequant = np.where(rows.weight_dtype > 0, 2.0, fx.dequant_flops_per_weight)
-        return wq, kq, kv_tok, ratio, dequant
+        return RowFactors(wq, kq, kv_tok, ratio, dequant)
 
     @cached_property
     def _rows_const(self) -> tuple[NDArray[np.bool_], F, F, F]:
@@ -330,7 +341,8 @@ class ServingArrays:
         if m.moe:
             k, e = m.moe.experts_per_token, m.moe.num_experts
             touched = 1.0 - (1.0 - k / e) ** tokens
-        out: F = (pc.non_expert + pc.routed_experts * touched / plan.ep) * self.per_row[0] / (plan.tp * plan.pp)
+        wq = self.per_row.weight_bytes
+        out: F = (pc.non_expert + pc.routed_experts * touched / plan.ep) * wq / (plan.tp * plan.pp)
         return out
 
     def _tp_pp(self, tokens: F, purpose: str) -> list[coll.Stream]:
@@ -358,7 +370,8 @@ class ServingArrays:
     def prefill(self, batch: F, prompt: int) -> PhaseColumns:
         """Prefill of ``batch`` prompts of ``prompt`` tokens per row."""
         m, plan, fx = self.m, self.plan, self.fx
-        wq, _, kv_tok, ratio, dequant_per = self.per_row
+        f = self.per_row
+        wq, kv_tok, ratio, dequant_per = f.weight_bytes, f.kv_per_token, f.kv_wire, f.dequant_flops
         cached = int(fx.prefix_hit * prompt)  # tokens whose KV is loaded, not recomputed
         new = prompt - cached
         total = batch * (new * token_flops(m).dense + causal_score_flops(m, cached, new))
@@ -391,7 +404,8 @@ class ServingArrays:
     def decode(self, batch: F, context: int) -> PhaseColumns:
         """One decode step of ``batch`` sequences per row whose context is ``context`` tokens."""
         m, plan, fx = self.m, self.plan, self.fx
-        wq, _, kv_tok, ratio, dequant_per = self.per_row
+        f = self.per_row
+        wq, kv_tok, ratio, dequant_per = f.weight_bytes, f.kv_per_token, f.kv_wire, f.dequant_flops
         total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
         kv = batch * (kv_tokens_held(m, context) + 1) * kv_tok  # read all, write one
         read = self.weights_read(batch)
@@ -413,7 +427,7 @@ class ServingArrays:
 
     def memory(self, batch: F, prompt: int, context: int) -> MemoryColumns:
         m, plan = self.m, self.plan
-        wq, _, kv_tok, _, _ = self.per_row
+        wq, kv_tok = self.per_row.weight_bytes, self.per_row.kv_per_token
         pc = self._params
         weights = (pc.non_expert + pc.routed_experts / plan.ep) * wq / (plan.tp * plan.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok

@@ -196,7 +196,7 @@ def price_rows_deferred(
     B = rows.batch.astype(np.float64)
     P, n_out = job.prompt_tokens, job.output_tokens
     L = m.num_layers
-    wq_bytes, kq_bytes = arrays.per_row[:2]
+    wq_bytes, kq_bytes = arrays.per_row.weight_bytes, arrays.per_row.kv_bytes
     base_w, base_kv = BYTES_PER_DTYPE[fplan.weights_dtype], BYTES_PER_DTYPE[fplan.cache_dtype]
     quantized = rows.weight_dtype > 0
     f = rows.kv_offload

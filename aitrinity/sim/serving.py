@@ -18,6 +18,12 @@ scores (``cost.flops``). TTFT = first token − arrival; TPOT = (last − first)
 (output − 1). Requests are routed to the instance with the fewest outstanding
 tokens.
 
+Engine scheduling (:class:`EngineScheduling`, per engine with ``--engine``): ``mixed_batches=False`` runs an
+iteration that has prompt work without decodes (SGLang's default), admitting only while a KV slot stays free for
+every running request's next token; ``first_token_lag`` holds a first token back that many iterations (an overlap
+scheduler returns iteration n's output while n + 1 runs; TPOT counts from when the token was computed); a closed
+loop's ``output_spread`` draws each request's output length around the benchmark's.
+
 Fast-forward (``fast_forward``, the default): most iterations are pure decode steps of an unchanged
 batch -- nothing to admit, no prompt chunk, nobody finishing, KV room for every token. When an iteration
 starts such a stretch, its iterations up to the one before the first completion (or the first that
