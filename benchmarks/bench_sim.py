@@ -235,7 +235,7 @@ def main() -> None:
     g = 8 * d.peak_flops_for("bf16") * d.efficiency.compute
     rows = []
     for per_instance in (50_000, 200_000, 800_000, 3_200_000):
-        for cache in ("local", "global"):
+        for cache in ("local", "pool"):
             cfg = ClusterConfig(
                 instances=16, cache=cache, capacity_tokens=16 * per_instance, flops_per_s=g, load_bandwidth_Bps=50e9
             )

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 EXAMPLES = {
     "prefill-cluster": [
-        "trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M"
+        "trinity simulate prefill-cluster --trace data/traces/mooncake_conversation_trace.jsonl --capacity 3.2M",
+        "trinity simulate prefill-cluster --instances 10 --capacity 30M --rate-scale 6   Mooncake's Figure 10 setup",
     ],
     "serving": [
         "trinity simulate serving --model llama-3.1-8b --instances 8      (the built-in conversation trace)",
@@ -44,7 +45,8 @@ EXAMPLES = {
 }
 
 SUMMARY = {
-    "prefill-cluster": "a request trace over N prefill instances: per-instance prefix caches vs one global pool",
+    "prefill-cluster": "a request trace over N prefill instances: per-instance prefix caches, Mooncake's global "
+    "cache, one pool",
     "serving": "a request trace, or a fixed-concurrency benchmark, over N instances: continuous batching",
     "diurnal-serving": "a generated day of chat traffic: instances per period, static vs adaptive vs oracle",
     "training-link": "data-parallel training whose link degrades: static plans vs adaptive vs oracle",
@@ -90,11 +92,35 @@ def add_parser(sub: Any) -> None:
     for name in ("prefill-cluster", "serving"):
         s[name].add_argument("--trace", help="request trace, Mooncake JSONL (default: the built-in conversation trace)")
         s[name].add_argument("--capacity", default="3.2M", help="total prefix-cache tokens (default 3.2M)")
-    for name, dev in (("prefill-cluster", "8 per instance, default h100-sxm"), ("serving", "default h100-sxm")):
+    for name, dev in (("prefill-cluster", "--tp per instance, default h100-sxm"), ("serving", "default h100-sxm")):
         s[name].add_argument("--device", help=f"catalog device ({dev})")
     s["prefill-cluster"].add_argument("--model", help="catalog model (default llama-3.1-70b)")
     s["prefill-cluster"].add_argument("--instances", type=count(1, 10**5), default=16, help="instances (default 16)")
-    s["prefill-cluster"].add_argument("--cache", default="both", help="local, global or both (default)")
+    pc = s["prefill-cluster"]
+    pc.add_argument(
+        "--cache",
+        default="both",
+        help="comma list of local (per-instance caches), global (Mooncake's: shared, with migration), pool (one "
+        "store); both = local,global (default)",
+    )
+    pc.add_argument(
+        "--rate-scale", type=number(0.0, 1e6), default=1.0, help="replay the trace this many times faster (default 1)"
+    )
+    pc.add_argument(
+        "--router",
+        default="algorithm1",
+        choices=("algorithm1", "least-loaded"),
+        help="Mooncake's Algorithm 1 (queue + prefill given each instance's match; default) or the instance that "
+        "frees first, blind to the caches",
+    )
+    pc.add_argument("--ttft-slo", type=number(0.0, 1e7), help="reject a request estimated above this TTFT (seconds)")
+    pc.add_argument("--tp", type=count(1, 64), default=8, help="GPUs per instance, tensor parallel (default 8)")
+    pc.add_argument(
+        "--engine",
+        default="generic",
+        choices=("generic", "trtllm", "vllm", "sglang"),
+        help="kernels of the operator model that times each prefill (default generic: the catalog's parameters)",
+    )
     _training_options(s["training-link"])
     _edge_options(s["edge-stream"])
     _serving_options(s["serving"])
@@ -523,46 +549,67 @@ def _say(args: argparse.Namespace, msg: str) -> None:
 def _prefill(args: argparse.Namespace) -> int:
     from aitrinity import catalog, units
     from aitrinity.catalog import traces
-    from aitrinity.sim.prefill import ClusterConfig, simulate_prefill
+    from aitrinity.cost.concurrency import profile
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.prefill import CACHES, ClusterConfig, operator_prefill, simulate_prefill
 
     trace, label = _trace(args)
     if args.instances < 1:
         raise SpecError("--instances", args.instances, "at least 1")
-    caches = [c.strip() for c in args.cache.replace("both", "local,global").split(",") if c.strip()]
-    if not caches or any(c not in ("local", "global") for c in caches):
-        raise SpecError("--cache", args.cache, "local, global or local,global")
+    names = args.cache.replace("both", "local,global")
+    caches = [c.strip() for c in names.split(",") if c.strip()]
+    if not caches or any(c not in CACHES for c in caches):
+        raise SpecError("--cache", args.cache, f"a comma list of {', '.join(CACHES)}, or both")
     args.model, args.device = args.model or "llama-3.1-70b", args.device or "h100-sxm"
     m, d = catalog.model(args.model), catalog.device(args.device)
     capacity = int(units.parse_count(args.capacity))
     reqs = traces.load(trace)
+    layout = Layout(tp=args.tp, engine=args.engine)
+    prefill = operator_prefill(m, _kernels(args, d), layout, profile(args.engine).step_overhead_s)
     results = []
     for c in caches:
         cfg = ClusterConfig(
             instances=args.instances,
             cache=c,
             capacity_tokens=capacity,
-            flops_per_s=8 * d.peak_flops_for("bf16") * d.efficiency.compute,
             load_bandwidth_Bps=50e9,
+            rate_scale=args.rate_scale,
+            router=args.router,
+            ttft_slo_s=args.ttft_slo,
         )
         _say(args, f"simulating {len(reqs):,} requests on {args.instances} instances, {c} cache")
-        results.append(simulate_prefill(reqs, m, cfg, seed=args.seed, progress=lambda n: _say(args, f"{n:,} events")))
+        results.append(
+            simulate_prefill(
+                reqs, m, cfg, prefill_time=prefill, seed=args.seed, progress=lambda n: _say(args, f"{n:,} events")
+            )
+        )
     if args.json:
         print(dump([r.model_dump(mode="json") for r in results]))
         return 0
     print(
-        f"{label}: {len(reqs):,} requests, {args.instances} prefill instances ({args.model}, 8 x {args.device}"
-        f" each), {capacity:,} cache tokens in all"
+        f"{label}: {len(reqs):,} requests at {args.rate_scale:g}x the trace's rate, {args.instances} prefill "
+        f"instances ({args.model}, {args.tp} x {args.device} each, {args.engine} kernels), {capacity:,} cache tokens "
+        f"in all, {args.router} routing"
     )
     print(
-        f"  {'cache':7s} {'hit rate':>9s} {'prefill FLOPs':>14s} {'TTFT p50':>10s} {'p90':>9s} {'p99':>9s} "
-        f"{'max util':>9s}"
+        f"  {'cache':7s} {'hit rate':>9s} {'prefill FLOPs':>14s} {'GPU time':>9s} {'TTFT p50':>10s} {'p90':>9s} "
+        f"{'p99':>9s} {'mean util':>9s} {'rejected':>9s}"
     )
     for r in results:
+        share = r.prefill_flops / max(r.prefill_flops_without_cache, 1e-30)
         print(
-            f"  {r.cache:7s} {r.token_hit_rate:9.3f} {r.prefill_flops / r.prefill_flops_without_cache:13.1%} "
-            f"{units.format_time(r.ttft_s.p50):>10s} {units.format_time(r.ttft_s.p90):>9s} "
-            f"{units.format_time(r.ttft_s.p99):>9s} {max(r.utilization):9.1%}"
+            f"  {r.cache:7s} {r.token_hit_rate:9.3f} {share:13.1%} "
+            f"{units.format_time(r.busy_s * args.tp):>9s} {units.format_time(r.ttft_s.p50):>10s} "
+            f"{units.format_time(r.ttft_s.p90):>9s} {units.format_time(r.ttft_s.p99):>9s} "
+            f"{sum(r.utilization) / len(r.utilization):9.1%} {r.rejected:9,d}"
         )
+    if len(results) > 1 and results[0].token_hit_rate > 0:
+        first = results[0]
+        for r in results[1:]:
+            print(
+                f"  {r.cache} / {first.cache}: hit rate {r.token_hit_rate / first.token_hit_rate:.2f}x, prefill GPU "
+                f"time {r.busy_s / max(first.busy_s, 1e-30) - 1:+.0%}"
+            )
     return 0
 
 

@@ -64,6 +64,9 @@ class StepShape:
     """Sequences whose prompt (or a chunk of it) is processed in this step."""
     prefill_len: ArrayLike = 1.0
     """New tokens of each prefilling sequence."""
+    prefill_prefix: ArrayLike = 0.0
+    """Tokens each prefilling sequence already has in the KV cache (a prefix-cache hit or earlier chunks): its
+    new tokens attend to them too."""
 
 
 @dataclass(frozen=True)
@@ -106,19 +109,27 @@ def _attention(
     ctx: Array,
     nps: Array,
     plen: Array,
+    prefix: Array,
     window: int | None,
 ) -> Array:
-    """One layer's attention kernels: decode over the context, prefill (flash, causal) over the new tokens;
-    within ``window`` keys when given -- decode over ``min(context, window)``, prefill scaled by the share
-    of the causal score matrix the window keeps (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it)."""
+    """One layer's attention kernels: decode over the context, prefill (flash, causal) over the new tokens
+    and the ``prefix`` tokens cached before them -- the new rows of the causal score matrix, timed as the
+    kernel over ``prefix + new`` less the kernel over ``prefix``; within ``window`` keys when given -- decode
+    over ``min(context, window)``, prefill scaled by the share of the causal score matrix the window keeps
+    (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it)."""
     c = np.maximum(ctx, 1.0) if window is None else np.minimum(np.maximum(ctx, 1.0), window)
     attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype), 0.0)
-    s = np.maximum(plen, 1.0)
-    pre = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype)
-    if window is not None:
+
+    def causal(s: Array) -> Array:
+        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype)
+        if window is None:
+            return t
         w = float(window)
         kept = np.where(s <= w, s * (s + 1.0) / 2.0, w * (w + 1.0) / 2.0 + (s - w) * w)
-        pre = pre * kept / (s * (s + 1.0) / 2.0)
+        return t * kept / (s * (s + 1.0) / 2.0)
+
+    s = np.maximum(plen, 1.0)
+    pre = causal(s + prefix) - np.where(prefix > 0, causal(np.maximum(prefix, 1.0)), 0.0)
     out: Array = attn + np.where(nps > 0, pre, 0.0)
     return out
 
@@ -164,6 +175,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     ctx = np.asarray(s.context, dtype=np.float64)
     nps = np.asarray(s.prefill_seqs, dtype=np.float64)
     plen = np.asarray(s.prefill_len, dtype=np.float64)
+    prefix = np.asarray(s.prefill_prefix, dtype=np.float64)
     tokens = dec + nps * plen
     rows = np.maximum(tokens, 1.0)
     tp, wd, h = lay.tp, lay.weight_dtype, m.hidden_size
@@ -172,7 +184,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
 
     qkv = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd)
     o_proj = k.gemm(rows, h, a * dv, wd)
-    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, None)
+    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None)
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
@@ -188,11 +200,11 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
         routed = rows * m.moe.experts_per_token * h * 2.0
         comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
-    shape = np.broadcast(dec, ctx, nps, plen).shape
+    shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
     engine = np.full(shape, float(step_overhead_s))
     attention = layers * attn
     if m.local_layers and m.sliding_window:  # local layers attend within the window (Mistral, Gemma, gpt-oss)
-        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, m.sliding_window)
+        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.sliding_window)
         attention = m.local_layers * local + (layers - m.local_layers) * attn
     return StepTimes(
         gemm=np.broadcast_to(gemm, shape).astype(np.float64),

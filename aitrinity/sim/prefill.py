@@ -1,23 +1,39 @@
-"""A prefill cluster replaying a request trace, with per-instance prefix caches or one global pool (Mooncake).
+"""A prefill cluster replaying a request trace: per-instance prefix caches, Mooncake's global cache, or one pool.
 
-Each request of a Mooncake-format trace arrives at its timestamp and is routed
-to one of ``instances`` prefill instances, which serve one request at a time
-(first come, first served). Its prefix blocks (the trace's hash ids, full
-blocks only) are looked up in the cache it can reach:
+Each request of a Mooncake-format trace arrives at its timestamp (divided by
+``rate_scale``: 2 replays the trace twice as fast) and is routed to one of
+``instances`` prefill instances, which serve one request at a time (first come,
+first served). Its prefix blocks (the trace's hash ids, full blocks only) are
+looked up in the caches it can reach:
 
-- ``local``: each instance has its own ``BlockIndex`` of ``capacity / instances``;
-  the router is cache-aware (Mooncake's Conductor, FAST'25 §6.2): it sends the
-  request to the instance with the earliest estimated finish = queue wait +
-  load time of the blocks that instance holds + prefill of the rest.
-- ``global``: one ``BlockIndex`` of ``capacity`` every instance reaches over the
-  pool link; the router sends the request to the instance that frees first.
+- ``local``: each instance has its own ``BlockIndex`` of ``capacity / instances``
+  and can use only that one.
+- ``global``: Mooncake's global cache (Qin et al., FAST'25, §4.1 and §5.3.2): each
+  instance holds ``capacity / instances`` too, but an instance may fetch a longer
+  prefix from the instance that holds it; the fetched blocks then stay in its own
+  cache as well (migration, so hot prefixes are replicated).
+- ``pool``: one ``BlockIndex`` of ``capacity`` that every instance reaches over the
+  pool link (a disaggregated KV store).
 
-Prefill time = blocks loaded × block bytes / link bandwidth (+ per-block
-latency) + ``cost.kv_reuse.prefill_flops(m, hit, n - hit)`` / achievable FLOP/s;
-when the prefill finishes every block of the request is touched or inserted in
-that cache (the replay semantics of ``cost.prefix_reuse``; a request arriving
-meanwhile does not see blocks still being computed). TTFT = finish − arrival
-(the first token's decode is not modelled).
+Requests are routed by the paper's Algorithm 1: for every instance, estimated TTFT =
+queue time (the work queued there) + prefill time given that instance's prefix
+match; for ``global``, when the best match in the cluster is more than
+``balancing_threshold`` times the instance's own, the instance uses the best match
+and the estimate adds the transfer of the missing blocks over the transfer link.
+The request goes to the smallest estimate (with ``pool`` every instance sees the
+same cache, so that is the instance that frees first); above ``ttft_slo_s`` it is
+rejected (HTTP 429), not served. ``router="least-loaded"`` sends each request to the
+instance that frees first without looking at the caches: a router with no view of
+them.
+
+Prefill time = blocks reused × block bytes / load bandwidth (+ per-block latency)
+[+ blocks fetched / transfer bandwidth] + the prefill of the rest given the cached
+prefix, ``prefill_time(cached, new)``: the operator model of one instance (a TP
+group, :func:`operator_prefill`) or the FLOPs at a fixed rate (:func:`flops_prefill`).
+When the prefill finishes every block of the request is touched or inserted in the
+instance's cache (the replay semantics of ``cost.prefix_reuse``; a request arriving
+meanwhile does not see blocks still being computed). TTFT = finish − arrival (the
+first token's decode is not modelled).
 """
 
 from __future__ import annotations
@@ -27,44 +43,88 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aitrinity.cost.block_index import BlockIndex
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.kv_reuse import prefill_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.operators import Layout, StepShape, step_times
 from aitrinity.sim.core import Simulator
 from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.traces import TraceRequest
 
+PrefillTime = Callable[[int, int], float]
+"""(tokens already cached, new tokens) -> seconds for one instance to prefill them."""
+
+CACHES = ("local", "global", "pool")
+ROUTERS = ("algorithm1", "least-loaded")
+
+
+def flops_prefill(m: ModelSpec, flops_per_s: float) -> PrefillTime:
+    """The prefill's FLOPs (``cost.kv_reuse.prefill_flops``) at a fixed achievable rate."""
+    if flops_per_s <= 0:
+        raise ValueError("flops_per_s must be positive")
+    return lambda start, new: prefill_flops(m, start, new) / flops_per_s
+
+
+def operator_prefill(m: ModelSpec, kernels: Kernels, layout: Layout, step_overhead_s: float = 0.0) -> PrefillTime:
+    """One engine step of the operator model (``cost.operators.step_times``) on a TP group of ``layout.tp``
+    GPUs that prefills ``new`` tokens attending to ``start`` cached ones."""
+
+    def time(start: int, new: int) -> float:
+        shape = StepShape(0, 1.0, 1, max(new, 1), start)
+        return float(step_times(m, kernels, layout, shape, step_overhead_s).total)
+
+    return time
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
     instances: int
-    cache: Literal["local", "global"]
+    cache: Literal["local", "global", "pool"]
     capacity_tokens: int
-    """Total over the cluster (split evenly among instances for ``local``)."""
-    flops_per_s: float
-    """Achievable FLOP/s of one prefill instance."""
+    """Total over the cluster (split evenly among instances for ``local`` and ``global``)."""
     load_bandwidth_Bps: float
-    """Where cached KV comes from: the instance's DRAM (``local``) or the pool link (``global``)."""
+    """Where cached KV comes from: the instance's DRAM (``local``, ``global``) or the pool link (``pool``)."""
+    flops_per_s: float = 0.0
+    """Achievable FLOP/s of one instance, when ``simulate_prefill`` is given no ``prefill_time``."""
     load_latency_s: float = 0.0
     block_tokens: int = 512
     kv_dtype: str = "bf16"
     policy: str = "lru"
+    transfer_bandwidth_Bps: float = 50e9
+    """``global``: the link a prefix fetched from another instance crosses (RDMA between nodes)."""
+    balancing_threshold: float = 1.0
+    """``global``: fetch the cluster's best match when it is more than this many times the instance's own."""
+    ttft_slo_s: float | None = None
+    """Reject a request whose estimated TTFT on the chosen instance is above this; None: never."""
+    rate_scale: float = 1.0
+    """Arrivals at ``timestamp / rate_scale``."""
+    router: Literal["algorithm1", "least-loaded"] = "algorithm1"
+    """``least-loaded``: the instance that frees first, without looking at the caches (a router with no view of
+    them)."""
 
 
 class PrefillResult(Result):
     cache: str
     instances: int
     capacity_tokens: int
+    rate_scale: float
     requests: int
     finished: int
+    rejected: int
+    """Requests whose estimated TTFT was above the SLO; they count in nothing below."""
     prompt_tokens: int
     hit_tokens: int
     token_hit_rate: float
+    transferred_tokens: int
+    """``global``: hit tokens fetched from another instance's cache."""
     prefill_flops: float
     """Computed with the cache."""
     prefill_flops_without_cache: float
     bytes_loaded: float
+    busy_s: float
+    """Instance-seconds of prefill (loads, transfers and compute), the paper's "prefill GPU time" per instance."""
     ttft_s: Percentiles
     utilization: list[float]
     """Busy fraction of each instance over the span from the first arrival to the last finish."""
@@ -77,22 +137,31 @@ def simulate_prefill(
     m: ModelSpec,
     cfg: ClusterConfig,
     *,
+    prefill_time: PrefillTime | None = None,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
 ) -> PrefillResult:
-    if cfg.instances < 1 or cfg.block_tokens < 1 or cfg.flops_per_s <= 0 or cfg.load_bandwidth_Bps <= 0:
-        raise ValueError("instances, block_tokens, flops_per_s and load_bandwidth_Bps must be positive")
+    if cfg.cache not in CACHES or cfg.router not in ROUTERS:
+        raise ValueError(f"cache must be one of {', '.join(CACHES)} and router one of {', '.join(ROUTERS)}")
+    if min(cfg.instances, cfg.block_tokens) < 1 or min(cfg.load_bandwidth_Bps, cfg.transfer_bandwidth_Bps) <= 0:
+        raise ValueError("instances, block_tokens and the bandwidths must be positive")
+    if cfg.rate_scale <= 0 or cfg.balancing_threshold < 1.0:
+        raise ValueError("rate_scale must be positive and balancing_threshold at least 1")
+    compute = prefill_time or flops_prefill(m, cfg.flops_per_s)
     B = cfg.block_tokens
     block_bytes = int(kv_bytes_per_token(m, cfg.kv_dtype) * B)
-    n_caches = cfg.instances if cfg.cache == "local" else 1
+    n_caches = 1 if cfg.cache == "pool" else cfg.instances
     cap_blocks = cfg.capacity_tokens // B // n_caches
     caches = [BlockIndex(cap_blocks * block_bytes, cfg.policy) for _ in range(n_caches)]
     free_at = [0.0] * cfg.instances
     busy = [0.0] * cfg.instances
     ttft: list[float] = []
-    totals = {"hit": 0, "prompt": 0, "flops": 0.0, "flops0": 0.0, "loaded": 0.0}
+    totals = {"hit": 0, "prompt": 0, "flops": 0.0, "flops0": 0.0, "loaded": 0.0, "moved": 0, "rejected": 0}
     sim = Simulator(seed)
+    memo: dict[tuple[int, int], float] = {}
     flop_memo: dict[tuple[int, int], float] = {}
+    load_s = block_bytes / cfg.load_bandwidth_Bps + cfg.load_latency_s
+    move_s = block_bytes / cfg.transfer_bandwidth_Bps
 
     def flops(start: int, new: int) -> float:
         key = (start, new)
@@ -101,61 +170,77 @@ def simulate_prefill(
         return flop_memo[key]
 
     def service(hit_blocks: int, n: int) -> float:
-        hit = hit_blocks * B
-        load = hit_blocks * (block_bytes / cfg.load_bandwidth_Bps + cfg.load_latency_s)
-        return load + flops(hit, n - hit) / cfg.flops_per_s
+        key = (hit_blocks, n)
+        if key not in memo:
+            hit = hit_blocks * B
+            memo[key] = hit_blocks * load_s + compute(hit, n - hit)
+        return memo[key]
+
+    def route(blocks: Sequence[int], n: int, now: float) -> tuple[float, int, int, int]:
+        """(estimated TTFT, instance, blocks it reuses, of which fetched from elsewhere): Algorithm 1, or the
+        least-loaded instance when the router does not look at the caches."""
+        own = [c.prefix(blocks) for c in caches]
+        best = max(own)
+        choice = None
+        for k in range(cfg.instances):
+            hit = own[k % n_caches]
+            moved = 0
+            if cfg.cache == "global" and best > hit and (hit == 0 or best / hit > cfg.balancing_threshold):
+                hit, moved = best, best - hit
+            queue = max(free_at[k] - now, 0.0)
+            est = queue + moved * move_s + service(hit, n)
+            rank = est if cfg.router == "algorithm1" else queue
+            if choice is None or rank < choice[0]:
+                choice = (rank, est, k, hit, moved)
+        assert choice is not None
+        return choice[1:]
 
     def arrive(r: TraceRequest) -> None:
         blocks = r.hash_ids[: r.input_length // B]
-        now = sim.now
-        if cfg.cache == "global":
-            hit = caches[0].prefix(blocks)
-            i = min(range(cfg.instances), key=lambda k: (max(free_at[k], now), k))
-            cache = caches[0]
-        else:
-            best = None
-            for k in range(cfg.instances):
-                h = caches[k].prefix(blocks)
-                done = max(free_at[k], now) + service(h, r.input_length)
-                if best is None or done < best[0]:
-                    best = (done, k, h)
-            assert best is not None
-            _, i, hit = best
-            cache = caches[i]
+        now, n = sim.now, r.input_length
+        est, i, hit, moved = route(blocks, n, now)
+        if cfg.ttft_slo_s is not None and est > cfg.ttft_slo_s:
+            totals["rejected"] += 1
+            return
         start = max(free_at[i], now)
-        dur = service(hit, r.input_length)
+        dur = est - max(free_at[i] - now, 0.0)
         free_at[i] = start + dur
         busy[i] += dur
         totals["hit"] += hit * B
-        totals["prompt"] += r.input_length
-        totals["flops"] += flops(hit * B, r.input_length - hit * B)
-        totals["flops0"] += flops(0, r.input_length)
+        totals["moved"] += moved * B
+        totals["prompt"] += n
+        totals["flops"] += flops(hit * B, n - hit * B)
+        totals["flops0"] += flops(0, n)
         totals["loaded"] += hit * block_bytes
-        sim.at(start + dur, finish, blocks, cache, now)
+        sim.at(start + dur, finish, blocks, caches[i % n_caches], now)
 
     def finish(blocks: Sequence[int], cache: BlockIndex, arrived: float) -> None:
         ttft.append(sim.now - arrived)
-        for j, b in enumerate(blocks):  # the prompt's KV exists now: cache it
+        for j, b in enumerate(blocks):  # the prompt's KV exists now (computed or fetched): cache it
             if not cache.touch(b) and cache.fits(block_bytes):
                 cache.insert(b, block_bytes, flops(j * B, B))
 
     for r in requests:
-        sim.at(r.timestamp_ms / 1e3, arrive, r)
+        sim.at(r.timestamp_ms / 1e3 / cfg.rate_scale, arrive, r)
     events = sim.run(progress=progress)
-    first = min((r.timestamp_ms for r in requests), default=0.0) / 1e3
+    first = min((r.timestamp_ms for r in requests), default=0.0) / 1e3 / cfg.rate_scale
     span = max(max(free_at, default=0.0) - first, 1e-12)
     return PrefillResult(
         cache=cfg.cache,
         instances=cfg.instances,
         capacity_tokens=cfg.capacity_tokens,
+        rate_scale=cfg.rate_scale,
         requests=len(requests),
         finished=len(ttft),
-        prompt_tokens=totals["prompt"],
-        hit_tokens=totals["hit"],
+        rejected=int(totals["rejected"]),
+        prompt_tokens=int(totals["prompt"]),
+        hit_tokens=int(totals["hit"]),
         token_hit_rate=totals["hit"] / totals["prompt"] if totals["prompt"] else 0.0,
+        transferred_tokens=int(totals["moved"]),
         prefill_flops=totals["flops"],
         prefill_flops_without_cache=totals["flops0"],
         bytes_loaded=totals["loaded"],
+        busy_s=sum(busy),
         ttft_s=percentiles(ttft),
         utilization=[b / span for b in busy],
         makespan_s=span,

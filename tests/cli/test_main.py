@@ -157,6 +157,16 @@ def test_simulate_commands(capsys, tmp_path, monkeypatch):
     monkeypatch.undo()
     assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--cache", "both", "--quiet"]) == 0
     assert "global" in capsys.readouterr().out
+    faster = ["--trace", str(trace), "--rate-scale", "4", "--router", "least-loaded", "--ttft-slo", "60"]
+    assert main(["simulate", "prefill-cluster", *faster, "--cache", "local,pool", "--quiet", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["cache"] for r in runs] == ["local", "pool"] and {r["rate_scale"] for r in runs} == {4.0}
+    assert main(["simulate", "prefill-cluster", "--trace", str(trace), "--cache", "shared", "--quiet"]) == 2
+    assert "--cache" in capsys.readouterr().err
+    for bad in (["--rate-scale", "0"], ["--router", "random"]):
+        with pytest.raises(SystemExit) as e:
+            main(["simulate", "prefill-cluster", "--trace", str(trace), *bad, "--quiet"])
+        assert e.value.code == 2 and bad[0] in capsys.readouterr().err
     assert (
         main(
             [

@@ -74,3 +74,16 @@ def test_expert_parallel_moe_steps_pay_two_all_to_alls_per_moe_layer(k):
     assert float(k.all_to_all(routed, 1)) == 0.0
     # (n-1)/n of the payload leaves each GPU: more of it over 4 GPUs than over 2, less than an all-reduce's 2(n-1)/n
     assert float(k.all_to_all(1e9, 2)) < float(k.all_to_all(1e9, 4)) < float(k.all_reduce(1e9, 4))
+
+
+def test_a_prefill_over_a_cached_prefix_adds_the_new_rows_of_the_causal_matrix(k, m):
+    """4k new tokens after 12k cached ones: the attention of the new rows (16k² − 12k² cells over two, against
+    4k² for the new tokens alone), the same GEMMs."""
+    lay = Layout(tp=8)
+    alone = step_times(m, k, lay, StepShape(0, 1.0, 1, 4096))
+    after = step_times(m, k, lay, StepShape(0, 1.0, 1, 4096, 12288))
+    whole = step_times(m, k, lay, StepShape(0, 1.0, 1, 16384))
+    head = step_times(m, k, lay, StepShape(0, 1.0, 1, 12288))
+    assert float(after.gemm) == float(alone.gemm)
+    assert float(after.attention) == pytest.approx(float(whole.attention - head.attention))
+    assert float(after.attention) > 5 * float(alone.attention)  # (16² − 12²) / 4² = 7, less the launches
