@@ -1,6 +1,9 @@
 """Hugging Face config.json ingestion for the 2025-2026 model types: the same architecture, and so the same
 parameter counts, as the catalog entries written from the published configs."""
 
+import importlib.resources
+import json
+
 import pytest
 
 from aitrinity import catalog
@@ -151,3 +154,30 @@ def test_gemma3_local_layers_follow_the_pattern_when_the_config_lists_no_layer_t
     assert m.local_layers == 62 - 62 // 6 == 52
     listed = {**GEMMA3["text_config"], "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
     assert from_hf_config({"model_type": "gemma3", "text_config": listed}, "g").local_layers == 5
+
+
+# The released configs aiconfigurator-core ships (model_configs/, Apache-2.0; a dev dependency): the catalog's
+# YAML facts must be what those configs say, parameter for parameter.
+SHIPPED = {
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3",
+    "deepseek-r1": "deepseek-ai--DeepSeek-R1",
+    "kimi-k2": "moonshotai--Kimi-K2-Instruct",
+    "qwen3-32b": "Qwen--Qwen3-32B",
+    "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai--gpt-oss-120b",
+    "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
+    "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B",
+    "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_catalog_entries_match_the_released_configs(name):
+    path = importlib.resources.files("aiconfigurator_core") / "model_configs" / f"{SHIPPED[name]}_config.json"
+    shipped = from_hf_config(json.loads(path.read_text()), name)
+    entry = catalog.model(name)
+    assert count(shipped).total == count(entry).total
+    assert count(shipped).active(shipped) == count(entry).active(entry)
+    for field in ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "vocab_size", "moe", "mla"):
+        assert getattr(shipped, field) == getattr(entry, field), field

@@ -1,4 +1,4 @@
-"""Parameter counts derived from architecture vs published sizes (within 1%)."""
+"""Parameter counts derived from architecture vs published sizes (within 0.5%)."""
 
 import pytest
 
@@ -8,11 +8,11 @@ from aitrinity.cost.training import Layout, stage_params
 
 
 @pytest.mark.parametrize("name", catalog.names("models"))
-def test_every_catalog_model_within_one_percent_of_published(name):
+def test_every_catalog_model_within_half_a_percent_of_published(name):
     m = catalog.model(name)
     assert m.reference_params and m.reference_source
     got = count(m).total
-    assert got == pytest.approx(m.reference_params, rel=0.01), f"{name}: {got / 1e9:.3f}B"
+    assert got == pytest.approx(m.reference_params, rel=0.005), f"{name}: {got / 1e9:.3f}B"
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,8 @@ def test_every_catalog_model_within_one_percent_of_published(name):
         ("llama-3.1-8b", 8_030_261_248),
         ("mistral-7b", 7_241_732_096),
         ("mixtral-8x7b", 46_702_792_704),
+        # the safetensors headers of moonshotai/Kimi-K2-Instruct (the model card rounds it to 1T)
+        ("kimi-k2", 1_026_408_232_448),
     ],
 )
 def test_exact_counts_of_released_checkpoints(name, exact):
