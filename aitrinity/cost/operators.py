@@ -129,7 +129,9 @@ def _attention(
         return t * kept / (s * (s + 1.0) / 2.0)
 
     s = np.maximum(plen, 1.0)
-    pre = causal(s + prefix) - np.where(prefix > 0, causal(np.maximum(prefix, 1.0)), 0.0)
+    pre = causal(s + prefix)
+    if np.any(prefix > 0):  # the cached rows' own attention was paid when they were computed
+        pre = pre - np.where(prefix > 0, causal(np.maximum(prefix, 1.0)), 0.0)
     out: Array = attn + np.where(nps > 0, pre, 0.0)
     return out
 

@@ -107,6 +107,22 @@ class OperatorStep:
             self._memo[key] = hit
         return hit
 
+    def decode_times(self, decode: int, contexts: np.ndarray) -> np.ndarray:
+        """Pure decode iterations of ``decode`` sequences at each of ``contexts`` (mean context per iteration):
+        ``self(decode, c, 0, 0.0)`` for each, the memo's misses priced in one array call."""
+        g = self.CONTEXT_GRAIN
+        grains, where = np.unique(np.round(contexts / g).astype(np.int64), return_inverse=True)
+        out = np.array([self._memo.get((decode, int(k), 0, 0), np.nan) for k in grains])
+        missing = np.flatnonzero(np.isnan(out))
+        if len(missing):
+            shape = StepShape(decode, np.maximum(grains[missing] * g, 1.0), 0, 1.0)
+            priced = step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total
+            out[missing] = priced
+            for k, t in zip(grains[missing], priced, strict=True):
+                self._memo[(decode, int(k), 0, 0)] = float(t)
+        times: np.ndarray = out[where]
+        return times
+
 
 @dataclass(frozen=True)
 class ClosedLoop:
@@ -557,6 +573,8 @@ class _Engine:
         same arithmetic as :meth:`_step_time`, element-wise."""
         n, cfg = len(decode), self.cfg
         held = sum(r.kv_tokens for r in decode)
+        if isinstance(cfg.step_time, OperatorStep):
+            return cfg.step_time.decode_times(n, (held + n * np.arange(steps)) / n)
         if cfg.step_time is not None:
             return np.array([cfg.step_time(n, (held + n * j) / n, 0, 0.0) for j in range(steps)])
         j = np.arange(steps)

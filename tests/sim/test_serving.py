@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -192,6 +193,24 @@ def test_operator_step_memo_matches_the_operator_model():
     want = float(step_times(m, k, Layout(tp=2), StepShape(16, 1024, 1, 512), 1e-3).total)
     assert step(16, 1024.0, 1, 512.0) == pytest.approx(want)
     assert step(16, 1030.0, 1, 512.0) == step(16, 1024.0, 1, 512.0)  # contexts within the memo grain share
+
+
+def test_operator_step_prices_a_decode_stretch_as_each_iteration():
+    """A fast-forwarded stretch is priced in one array call; each value is the one-iteration call's, exactly,
+    whichever fills the memo first."""
+    from aitrinity import catalog
+    from aitrinity.cost.kernels import roofline
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import OperatorStep
+
+    m, k = catalog.model("llama-3.1-8b"), roofline(catalog.device("h100-sxm"))
+    contexts = (5_000 + 12 * np.arange(400)) / 12  # 12 sequences, one token further each iteration
+    stretch_first = OperatorStep(m, k, Layout(tp=2), 1e-3)
+    times = stretch_first.decode_times(12, contexts)
+    one_first = OperatorStep(m, k, Layout(tp=2), 1e-3)
+    each = [one_first(12, float(c), 0, 0.0) for c in contexts]
+    assert times.tolist() == each
+    assert stretch_first.decode_times(12, contexts).tolist() == each  # from the memo the second time
 
 
 def _same(fast, reference):
