@@ -176,10 +176,11 @@ def simulate_prefill(
             memo[key] = hit_blocks * load_s + compute(hit, n - hit)
         return memo[key]
 
-    def route(blocks: Sequence[int], n: int, now: float) -> tuple[float, int, int, int]:
-        """(estimated TTFT, instance, blocks it reuses, of which fetched from elsewhere): Algorithm 1, or the
-        least-loaded instance when the router does not look at the caches."""
-        own = [c.prefix(blocks) for c in caches]
+    def route(blocks: Sequence[int], n: int, now: float) -> tuple[float, float, int, int, int]:
+        """Algorithm 1 (or the least-loaded instance when the router does not look at the caches): the chosen
+        instance's estimated TTFT and service time, the instance, the blocks it reuses and how many of them it
+        fetches from another instance."""
+        own = [c.prefix(blocks) for c in caches]  # one entry for the pool, one per instance otherwise
         best = max(own)
         choice = None
         for k in range(cfg.instances):
@@ -188,22 +189,21 @@ def simulate_prefill(
             if cfg.cache == "global" and best > hit and (hit == 0 or best / hit > cfg.balancing_threshold):
                 hit, moved = best, best - hit
             queue = max(free_at[k] - now, 0.0)
-            est = queue + moved * move_s + service(hit, n)
-            rank = est if cfg.router == "algorithm1" else queue
+            dur = moved * move_s + service(hit, n)
+            rank = queue + dur if cfg.router == "algorithm1" else queue
             if choice is None or rank < choice[0]:
-                choice = (rank, est, k, hit, moved)
+                choice = (rank, queue + dur, dur, k, hit, moved)
         assert choice is not None
         return choice[1:]
 
     def arrive(r: TraceRequest) -> None:
         blocks = r.hash_ids[: r.input_length // B]
         now, n = sim.now, r.input_length
-        est, i, hit, moved = route(blocks, n, now)
+        est, dur, i, hit, moved = route(blocks, n, now)
         if cfg.ttft_slo_s is not None and est > cfg.ttft_slo_s:
             totals["rejected"] += 1
             return
         start = max(free_at[i], now)
-        dur = est - max(free_at[i] - now, 0.0)
         free_at[i] = start + dur
         busy[i] += dur
         totals["hit"] += hit * B
