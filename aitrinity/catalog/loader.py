@@ -254,7 +254,7 @@ def entry(ref: str) -> tuple[Kind, BaseModel]:
 
 
 def resolve_system(s: SystemInput, base: Path | None = None) -> System:
-    """Names -> specs. Links the scenario leaves out default to the device's typical platform fabric."""
+    """Names -> specs. Links and the node size the scenario leaves out default to the device's typical platform."""
     dev = _field("system.device", lambda: device(s.device, base))
     intra = _field("system.intra_node_link", lambda: link(s.intra_node_link or dev.typical_intra_node_link, base))
     inter = _field("system.inter_node_link", lambda: link(s.inter_node_link or dev.typical_inter_node_link, base))
@@ -268,7 +268,7 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
         {
             "device": dev,
             "num_devices": s.num_devices,
-            "devices_per_node": s.devices_per_node,
+            "devices_per_node": s.devices_per_node or dev.typical_devices_per_node,
             "intra_node_link": intra,
             "inter_node_link": inter,
             "host_link": host_link,

@@ -105,6 +105,11 @@ class Kernels(Protocol):
         """``(m x k) @ (k x n)`` in ``dtype`` (weights and activations; bf16 / fp8 / fp4)."""
         ...
 
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        """One kernel over ``groups`` independent ``(m x k) @ (k x n)`` GEMMs (a fused MoE's experts): each
+        group's work, one launch."""
+        ...
+
     def prefill_attention(
         self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
     ) -> Array:
@@ -173,6 +178,10 @@ class RooflineKernels:
         nbytes = n * k * wb + rows * (k + n) * 2.0  # weights in their dtype, activations in bf16
         mem = nbytes / (self.memory_bandwidth_Bps * self.params.memory_efficiency)
         return p.launch_s + np.maximum(flops / (self._peak(dtype) * eff), mem)
+
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        launch = self.params.gemm_for(dtype).launch_s
+        return launch + _as(groups) * (self.gemm(m, n, k, dtype) - launch)
 
     def prefill_attention(
         self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
@@ -270,6 +279,12 @@ class TableKernels:
             return self.fallback.gemm(m, n, k, dtype)
         return grid(m, n, k)
 
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        """Each group as the table's GEMM less one launch (the derived parameters' ``launch_s``: the table's
+        smallest latency), plus one launch."""
+        launch = self.fallback.params.gemm_for(dtype).launch_s
+        return launch + _as(groups) * np.maximum(self.gemm(m, n, k, dtype) - launch, 0.0)
+
     def _attention(self, head_dim: int, kv_dtype: str) -> AttentionTables | None:
         at = self.attention.get((head_dim, kv_dtype)) or self.attention.get((head_dim, "bf16"))
         if at is None:
@@ -363,6 +378,11 @@ class MixedKernels:
         if dtype != WEIGHTS:
             return self.base.gemm(m, n, k, dtype)
         return self._mix(self.weights, lambda d: self.base.gemm(m, n, k, d))
+
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+        if dtype != WEIGHTS:
+            return self.base.grouped_gemm(groups, m, n, k, dtype)
+        return self._mix(self.weights, lambda d: self.base.grouped_gemm(groups, m, n, k, d))
 
     def prefill_attention(
         self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str

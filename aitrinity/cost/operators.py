@@ -160,7 +160,12 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     routed = tokens * e.experts_per_token / lay.ep  # token-expert pairs landing on this rank's experts
     touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
     per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
-    experts = touched * ffn(per_expert, e.expert_intermediate_size)
+    # the touched experts in grouped GEMMs (one launch each for the up and the down projection, as a fused MoE
+    # kernel runs them), where no table measured the engine's fused MoE for this shape
+    width = e.expert_intermediate_size // tp
+    experts = k.grouped_gemm(touched, per_expert, (2 if gated else 1) * width, h, wd) + k.grouped_gemm(
+        touched, per_expert, h, width, wd
+    )
     # the engine's fused MoE kernel where a table measured this shape (uniform routing, as here)
     shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, tp, lay.ep)
     measured = k.moe(tokens, shape, wd)

@@ -133,6 +133,9 @@ class DeviceSpec(Spec):
     typical_intra_node_link: str = "pcie-5-x16"
     typical_inter_node_link: str = "ethernet-100g"
     typical_host_link: str = "pcie-5-x16"
+    typical_devices_per_node: int = Field(default=8, gt=0)
+    """Devices that share the scale-up domain (``typical_intra_node_link``): 8 on an HGX board, 72 in an NVL72
+    rack. A scenario's ``system.devices_per_node`` defaults to it."""
     measured: list[Measurement] = []
     """Set by ``trinity calibrate``: every measurement behind the figures above."""
     tier: Literal["device", "edge", "cloud"] = "cloud"

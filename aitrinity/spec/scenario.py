@@ -31,7 +31,9 @@ class SystemInput(Spec):
 
     device: str
     num_devices: int = Field(gt=0, le=MAX_COUNT)
-    devices_per_node: int = Field(default=8, gt=0, le=MAX_COUNT)
+    devices_per_node: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    """Devices on one scale-up link (a node, or an NVL72 rack); default: the device's
+    ``typical_devices_per_node``."""
     intra_node_link: str | None = None
     inter_node_link: str | None = None
     host_link: str | None = None

@@ -41,6 +41,17 @@ def test_measured_times_are_monotone_in_the_sizes_that_matter(h100_vllm):
     assert ar[1] > ar[0] > 0
 
 
+def test_a_grouped_gemm_from_the_tables_pays_one_launch(h100_vllm):
+    """Each group is the measured GEMM less one launch (the derived parameters' launch: the table's smallest
+    latency), and the kernel adds one launch back."""
+    k = h100_vllm.kernels
+    one = float(k.gemm(4.0, 1024, 7168, "bf16"))
+    launch = catalog.device("h100-sxm").kernels.gemm_for("bf16").launch_s
+    assert float(k.grouped_gemm(1.0, 4.0, 1024, 7168, "bf16")) == pytest.approx(one)
+    assert float(k.grouped_gemm(100.0, 4.0, 1024, 7168, "bf16")) == pytest.approx(launch + 100 * (one - launch))
+    assert float(k.grouped_gemm(100.0, 4.0, 1024, 7168, "bf16")) < 100 * one
+
+
 def test_an_engine_version_without_tables_says_which_it_used():
     choice = silicon.kernels(catalog.device("h100-sxm"), "vllm", "0.12.0")
     assert choice.note == "no vllm 0.12.0 tables for h100-sxm: using 0.24.0"

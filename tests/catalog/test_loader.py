@@ -27,6 +27,9 @@ def test_required_catalog_coverage():
         "h100-pcie",
         "h200",
         "b200",
+        "b300",
+        "gb200",
+        "gb300",
         "mi300x",
         "l4",
         "l40s",
@@ -220,3 +223,34 @@ def test_names_the_os_cannot_look_up_are_unknown_names(name):
     with pytest.raises(TrinityError) as err:
         api.diagnose(name)
     assert len(str(err.value)) < 500 and "\n" not in str(err.value)
+
+
+def _ep64_training(device, **system):
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    scenario = {
+        "name": "ep64",
+        "system": {"device": device, "num_devices": 64, **system},
+        "workload": {"model": "deepseek-v3", "training": {"seq_len": 4096, "global_batch": 512}},
+        "plan": {"ep": 64, "zero": 1, "recompute": "full"},
+    }
+    r = api.resolve(validate(Scenario, scenario, "ep64"))
+    channels = {t.purpose: t.channel for ph in api.ledger(r).phases for t in ph.traffic}
+    return r.system, channels["EP token all-to-all"]
+
+
+def test_an_nvl72_rack_is_one_nvlink_domain_and_keeps_a_64_way_all_to_all_on_it():
+    """GB200 / GB300 NVL72: 72 GPUs on one NVLink domain (the device's typical_devices_per_node), so a 64-way
+    expert-parallel all-to-all stays on NVLink; on 8-GPU HGX B300 nodes it crosses the XDR network. A scenario's
+    own devices_per_node wins."""
+    for device in ("gb200", "gb300"):
+        system, channel = _ep64_training(device)
+        assert system.devices_per_node == 72 and channel == "intra_node"
+        assert system.intra_node_link.name == "nvlink-5"
+    system, channel = _ep64_training("b300")
+    assert system.devices_per_node == 8 and channel == "inter_node"
+    assert system.inter_node_link is not None and system.inter_node_link.name == "infiniband-xdr"
+    system, channel = _ep64_training("gb200", devices_per_node=4)
+    assert system.devices_per_node == 4 and channel == "inter_node"

@@ -87,3 +87,31 @@ def test_a_prefill_over_a_cached_prefix_adds_the_new_rows_of_the_causal_matrix(k
     assert float(after.gemm) == float(alone.gemm)
     assert float(after.attention) == pytest.approx(float(whole.attention - head.attention))
     assert float(after.attention) > 5 * float(alone.attention)  # (16² − 12²) / 4² = 7, less the launches
+
+
+def _with_gemm_launch(dev, launch_s):
+    from aitrinity.cost.kernels import roofline
+
+    gemm = {d: p.model_copy(update={"launch_s": launch_s}) for d, p in dev.kernels.gemm.items()}
+    return roofline(dev.model_copy(update={"kernels": dev.kernels.model_copy(update={"gemm": gemm})}))
+
+
+@pytest.mark.parametrize("tokens", [4.0, 64.0, 4096.0])
+def test_routed_experts_run_as_grouped_gemms_with_one_launch_each(tokens):
+    """However many experts a step touches (a handful at 4 tokens, nearly all 256 at 4,096), a DeepSeek-V3 MoE
+    layer launches five GEMM kernels: the router, the grouped up and down projections of the routed experts,
+    and the shared expert's two; a fused MoE kernel does not launch once per expert."""
+    from aitrinity.cost.operators import mlp_time
+
+    dev, m = catalog.device("h100-sxm"), catalog.model("deepseek-v3")
+    lay = Layout(tp=8, weight_dtype="fp8")
+    a = mlp_time(m, _with_gemm_launch(dev, 1e-6), lay, np.array(tokens), moe_layer=True)
+    b = mlp_time(m, _with_gemm_launch(dev, 101e-6), lay, np.array(tokens), moe_layer=True)
+    assert float(b - a) == pytest.approx(5 * 100e-6)
+
+
+def test_a_grouped_gemm_is_its_groups_work_and_one_launch(k):
+    one = k.gemm(8.0, 4096, 7168, "bf16")
+    launch = k.params.gemm_for("bf16").launch_s
+    assert float(k.grouped_gemm(1.0, 8.0, 4096, 7168, "bf16")) == pytest.approx(float(one))
+    assert float(k.grouped_gemm(32.0, 8.0, 4096, 7168, "bf16")) == pytest.approx(launch + 32 * float(one - launch))
