@@ -153,6 +153,11 @@ def answer_steady(
     out: list[SteadyAnswer | None] = [None] * len(requests)
     for (tp, ep, wd, kd, hit), members in groups.items():
         distinct = np.unique(np.concatenate([requests[i].keys for i in members]))
+        if not len(distinct):  # no row of these layouts runs (none fits): nothing to price
+            empty = np.zeros(0)
+            for i in members:
+                out[i] = SteadyAnswer(empty, empty, empty, empty)
+            continue
         mixed = MixedKernels(
             k, Dtypes((wd, *WEIGHT_DTYPES[1:]), distinct // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), distinct % nk)
         )

@@ -95,3 +95,13 @@ def test_prefix_cache_capacity_is_searched_from_the_trace():
         assert est.memory.fits and all(t.fits for t in est.lower_tiers)
         assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
         assert 0 < c.prefix_hit_rate < 0.4
+
+
+def test_a_tp_degree_with_no_plan_that_fits_is_reported_not_a_crash():
+    """DeepSeek-R1 in fp8 on 8 x H200: at tp 1, 2 or 4 no batch fits its weights, so the fixed-concurrency steady
+    state has nothing to price at those TP degrees (it raised an internal error); only tp 8 plans come back."""
+    m, system = catalog.model("deepseek-r1"), make_system("h200")
+    job = ServingJob(prompt_tokens=2048, output_tokens=512, batch=16)
+    res = search_serving(m, job, Plan(weight_dtype="fp8", kv_dtype="fp8"), system)
+    assert res.feasible > 0 and {c.tp for c in res.top} == {8}
+    assert any(r.reason == "device memory" and r.count > 0 for r in res.infeasible)
