@@ -379,7 +379,8 @@ def _serving(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
-    steady = _steady(args, step) if closed is not None and step is not None else None
+    aggregated = not args.prefill_instances
+    steady = _steady(args, step) if closed is not None and step is not None and aggregated else None
     if args.json:
         out = r.model_dump(mode="json")
         if step is not None:
@@ -480,8 +481,14 @@ def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[st
     engine = args.engine or "generic"
     s = scheduling(engine)
     batches = "mixed iterations" if s.mixed_batches else "separate prefill iterations"
+    pools = (
+        f"{args.prefill_instances} prefill + {args.instances - args.prefill_instances} decode instances "
+        f"(KV over {args.kv_link})"
+        if args.prefill_instances
+        else f"{args.instances} instance(s)"
+    )
     print(
-        f"{args.concurrency} clients on {args.instances} instance(s) of {args.tp} x {args.device}, {args.model} "
+        f"{args.concurrency} clients on {pools} of {args.tp} x {args.device}, {args.model} "
         f"({args.dtype}, {engine} kernels): {r.requests:,} requests of {args.isl} -> {args.osl} tokens"
     )
     print(
@@ -492,10 +499,13 @@ def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[st
         f"  simulated: TTFT mean {t(r.ttft_s.mean)} (p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}), "
         f"TPOT mean {t(r.tpot_s.mean)}, {r.output_tokens_per_s:,.0f} output tokens/s"
     )
-    print(
-        f"  analytic steady state: TTFT {t(steady['ttft_s'])}, TPOT {t(steady['tpot_s'])}, "
-        f"{steady['output_tokens_per_s']:,.0f} output tokens/s"
-    )
+    if steady:
+        print(
+            f"  analytic steady state: TTFT {t(steady['ttft_s'])}, TPOT {t(steady['tpot_s'])}, "
+            f"{steady['output_tokens_per_s']:,.0f} output tokens/s"
+        )
+    else:
+        print("  analytic steady state: none for disaggregated pools (the estimate prices one aggregated pool)")
     return 0
 
 

@@ -37,3 +37,19 @@ def test_simulate_serving_schedules_as_the_engine_does(capsys):
     assert sched["token_budget"] == 512 and sched["mixed_batches"] and sched["first_token_lag"] == 0
     assert main(args[:-1]) == 0  # the text output says how it schedules
     assert "generic scheduling: 8,192 tokens per iteration, mixed iterations" in capsys.readouterr().out
+
+
+def test_a_disaggregated_closed_loop_names_its_pools_and_has_no_aggregated_analytic_twin(capsys):
+    import json
+
+    from aitrinity.cli.main import main
+
+    args = ["simulate", "serving", "--concurrency", "8", "--isl", "512", "--osl", "64", "--quiet"]
+    args += ["--instances", "3", "--prefill-instances", "1", "--kv-link", "nvlink-4"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "8 clients on 1 prefill + 2 decode instances (KV over nvlink-4)" in out
+    assert "analytic steady state: none for disaggregated pools" in out
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["finished"] == 80 and "analytic_steady_state" not in data
