@@ -147,102 +147,124 @@ def simulate_prefill(
         raise ValueError("instances, block_tokens and the bandwidths must be positive")
     if cfg.rate_scale <= 0 or cfg.balancing_threshold < 1.0:
         raise ValueError("rate_scale must be positive and balancing_threshold at least 1")
-    compute = prefill_time or flops_prefill(m, cfg.flops_per_s)
-    B = cfg.block_tokens
-    block_bytes = int(kv_bytes_per_token(m, cfg.kv_dtype) * B)
-    n_caches = 1 if cfg.cache == "pool" else cfg.instances
-    cap_blocks = cfg.capacity_tokens // B // n_caches
-    caches = [BlockIndex(cap_blocks * block_bytes, cfg.policy) for _ in range(n_caches)]
-    free_at = [0.0] * cfg.instances
-    busy = [0.0] * cfg.instances
-    ttft: list[float] = []
-    totals = {"hit": 0, "prompt": 0, "flops": 0.0, "flops0": 0.0, "loaded": 0.0, "moved": 0, "rejected": 0}
-    sim = Simulator(seed)
-    memo: dict[tuple[int, int], float] = {}
-    flop_memo: dict[tuple[int, int], float] = {}
-    load_s = block_bytes / cfg.load_bandwidth_Bps + cfg.load_latency_s
-    move_s = block_bytes / cfg.transfer_bandwidth_Bps
+    cluster = _Cluster(m, cfg, prefill_time or flops_prefill(m, cfg.flops_per_s), Simulator(seed))
+    for r in requests:
+        cluster.sim.at(r.timestamp_ms / 1e3 / cfg.rate_scale, cluster.arrive, r)
+    events = cluster.sim.run(progress=progress)
+    first = min((r.timestamp_ms for r in requests), default=0.0) / 1e3 / cfg.rate_scale
+    return cluster.result(len(requests), first, events)
 
-    def flops(start: int, new: int) -> float:
+
+@dataclass
+class _Totals:
+    hit_blocks: int = 0
+    moved_blocks: int = 0
+    prompt_tokens: int = 0
+    flops: float = 0.0
+    flops_without_cache: float = 0.0
+    rejected: int = 0
+
+
+class _Cluster:
+    """The instances' queues and caches, and the totals, as the events of one replay change them."""
+
+    def __init__(self, m: ModelSpec, cfg: ClusterConfig, compute: PrefillTime, sim: Simulator) -> None:
+        self.m, self.cfg, self.compute, self.sim = m, cfg, compute, sim
+        B = cfg.block_tokens
+        self.block_bytes = int(kv_bytes_per_token(m, cfg.kv_dtype) * B)
+        self.n_caches = 1 if cfg.cache == "pool" else cfg.instances
+        cap_blocks = cfg.capacity_tokens // B // self.n_caches
+        self.caches = [BlockIndex(cap_blocks * self.block_bytes, cfg.policy) for _ in range(self.n_caches)]
+        self.free_at = [0.0] * cfg.instances
+        self.busy = [0.0] * cfg.instances
+        self.ttft: list[float] = []
+        self.totals = _Totals()
+        self.load_s = self.block_bytes / cfg.load_bandwidth_Bps + cfg.load_latency_s
+        self.move_s = self.block_bytes / cfg.transfer_bandwidth_Bps
+        self._service: dict[tuple[int, int], float] = {}
+        self._flops: dict[tuple[int, int], float] = {}
+
+    def flops(self, start: int, new: int) -> float:
         key = (start, new)
-        if key not in flop_memo:
-            flop_memo[key] = prefill_flops(m, start, new)
-        return flop_memo[key]
+        if key not in self._flops:
+            self._flops[key] = prefill_flops(self.m, start, new)
+        return self._flops[key]
 
-    def service(hit_blocks: int, n: int) -> float:
+    def service(self, hit_blocks: int, n: int) -> float:
+        """Load ``hit_blocks`` cached blocks and prefill the rest of an ``n``-token prompt."""
         key = (hit_blocks, n)
-        if key not in memo:
-            hit = hit_blocks * B
-            memo[key] = hit_blocks * load_s + compute(hit, n - hit)
-        return memo[key]
+        if key not in self._service:
+            hit = hit_blocks * self.cfg.block_tokens
+            self._service[key] = hit_blocks * self.load_s + self.compute(hit, n - hit)
+        return self._service[key]
 
-    def route(blocks: Sequence[int], n: int, now: float) -> tuple[float, float, int, int, int]:
+    def route(self, blocks: Sequence[int], n: int, now: float) -> tuple[float, float, int, int, int]:
         """Algorithm 1 (or the least-loaded instance when the router does not look at the caches): the chosen
         instance's estimated TTFT and service time, the instance, the blocks it reuses and how many of them it
         fetches from another instance."""
-        own = [c.prefix(blocks) for c in caches]  # one entry for the pool, one per instance otherwise
+        cfg = self.cfg
+        own = [c.prefix(blocks) for c in self.caches]  # one entry for the pool, one per instance otherwise
         best = max(own)
         choice = None
         for k in range(cfg.instances):
-            hit = own[k % n_caches]
+            hit = own[k % self.n_caches]
             moved = 0
             if cfg.cache == "global" and best > hit and (hit == 0 or best / hit > cfg.balancing_threshold):
                 hit, moved = best, best - hit
-            queue = max(free_at[k] - now, 0.0)
-            dur = moved * move_s + service(hit, n)
+            queue = max(self.free_at[k] - now, 0.0)
+            dur = moved * self.move_s + self.service(hit, n)
             rank = queue + dur if cfg.router == "algorithm1" else queue
             if choice is None or rank < choice[0]:
                 choice = (rank, queue + dur, dur, k, hit, moved)
         assert choice is not None
         return choice[1:]
 
-    def arrive(r: TraceRequest) -> None:
+    def arrive(self, r: TraceRequest) -> None:
+        B, t = self.cfg.block_tokens, self.totals
         blocks = r.hash_ids[: r.input_length // B]
-        now, n = sim.now, r.input_length
-        est, dur, i, hit, moved = route(blocks, n, now)
-        if cfg.ttft_slo_s is not None and est > cfg.ttft_slo_s:
-            totals["rejected"] += 1
+        now, n = self.sim.now, r.input_length
+        est, dur, i, hit, moved = self.route(blocks, n, now)
+        if self.cfg.ttft_slo_s is not None and est > self.cfg.ttft_slo_s:
+            t.rejected += 1
             return
-        start = max(free_at[i], now)
-        free_at[i] = start + dur
-        busy[i] += dur
-        totals["hit"] += hit * B
-        totals["moved"] += moved * B
-        totals["prompt"] += n
-        totals["flops"] += flops(hit * B, n - hit * B)
-        totals["flops0"] += flops(0, n)
-        totals["loaded"] += hit * block_bytes
-        sim.at(start + dur, finish, blocks, caches[i % n_caches], now)
+        start = max(self.free_at[i], now)
+        self.free_at[i] = start + dur
+        self.busy[i] += dur
+        t.hit_blocks += hit
+        t.moved_blocks += moved
+        t.prompt_tokens += n
+        t.flops += self.flops(hit * B, n - hit * B)
+        t.flops_without_cache += self.flops(0, n)
+        self.sim.at(start + dur, self.finish, blocks, self.caches[i % self.n_caches], now)
 
-    def finish(blocks: Sequence[int], cache: BlockIndex, arrived: float) -> None:
-        ttft.append(sim.now - arrived)
+    def finish(self, blocks: Sequence[int], cache: BlockIndex, arrived: float) -> None:
+        self.ttft.append(self.sim.now - arrived)
+        B, size = self.cfg.block_tokens, self.block_bytes
         for j, b in enumerate(blocks):  # the prompt's KV exists now (computed or fetched): cache it
-            if not cache.touch(b) and cache.fits(block_bytes):
-                cache.insert(b, block_bytes, flops(j * B, B))
+            if not cache.touch(b) and cache.fits(size):
+                cache.insert(b, size, self.flops(j * B, B))
 
-    for r in requests:
-        sim.at(r.timestamp_ms / 1e3 / cfg.rate_scale, arrive, r)
-    events = sim.run(progress=progress)
-    first = min((r.timestamp_ms for r in requests), default=0.0) / 1e3 / cfg.rate_scale
-    span = max(max(free_at, default=0.0) - first, 1e-12)
-    return PrefillResult(
-        cache=cfg.cache,
-        instances=cfg.instances,
-        capacity_tokens=cfg.capacity_tokens,
-        rate_scale=cfg.rate_scale,
-        requests=len(requests),
-        finished=len(ttft),
-        rejected=int(totals["rejected"]),
-        prompt_tokens=int(totals["prompt"]),
-        hit_tokens=int(totals["hit"]),
-        token_hit_rate=totals["hit"] / totals["prompt"] if totals["prompt"] else 0.0,
-        transferred_tokens=int(totals["moved"]),
-        prefill_flops=totals["flops"],
-        prefill_flops_without_cache=totals["flops0"],
-        bytes_loaded=totals["loaded"],
-        busy_s=sum(busy),
-        ttft_s=percentiles(ttft),
-        utilization=[b / span for b in busy],
-        makespan_s=span,
-        events=events,
-    )
+    def result(self, requests: int, first_arrival: float, events: int) -> PrefillResult:
+        cfg, t, B = self.cfg, self.totals, self.cfg.block_tokens
+        span = max(max(self.free_at, default=0.0) - first_arrival, 1e-12)
+        return PrefillResult(
+            cache=cfg.cache,
+            instances=cfg.instances,
+            capacity_tokens=cfg.capacity_tokens,
+            rate_scale=cfg.rate_scale,
+            requests=requests,
+            finished=len(self.ttft),
+            rejected=t.rejected,
+            prompt_tokens=t.prompt_tokens,
+            hit_tokens=t.hit_blocks * B,
+            token_hit_rate=t.hit_blocks * B / t.prompt_tokens if t.prompt_tokens else 0.0,
+            transferred_tokens=t.moved_blocks * B,
+            prefill_flops=t.flops,
+            prefill_flops_without_cache=t.flops_without_cache,
+            bytes_loaded=float(t.hit_blocks * self.block_bytes),
+            busy_s=sum(self.busy),
+            ttft_s=percentiles(self.ttft),
+            utilization=[b / span for b in self.busy],
+            makespan_s=span,
+            events=events,
+        )
