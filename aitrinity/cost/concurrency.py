@@ -117,13 +117,15 @@ def steady_state(
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     ctx = s_in + s_out / 2.0  # mean context over a generation
     # the three steps -- c decodes; c - 1 decodes and one prompt; the prompt alone -- in one call (stacked)
-    c, ctx, s_new = np.broadcast_arrays(c, ctx, s_new)
+    cached = np.maximum(s_in - s_new, 0.0)  # loaded from a prefix cache: the new tokens attend to it
+    c, ctx, s_new, cached = np.broadcast_arrays(c, ctx, s_new, cached)
     zero, one = np.zeros(c.shape), np.ones(c.shape)
     shape = StepShape(
         decode=np.stack([c, c - 1.0, zero]),
         context=np.stack([ctx, ctx, one]),
         prefill_seqs=np.stack([zero, one, one]),
         prefill_len=np.stack([one, s_new, s_new]),
+        prefill_prefix=np.stack([zero, cached, cached]),
     )
     steps3 = step_times(m, k, lay, shape, prof.step_overhead_s)
     dec, mix, lone = (StepTimes(*(getattr(steps3, f)[i] for f in OPERATOR_CLASSES)) for i in range(3))
