@@ -79,8 +79,10 @@ from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.traces import TraceRequest
 
-StepTime = Callable[[int, float, int, float], float]
-"""(decoding sequences, their mean context, prompt chunks, mean chunk tokens) -> seconds of one iteration."""
+StepTime = Callable[[int, float, int, float, float], float]
+"""(decoding sequences, their mean context, prompt chunks, mean chunk tokens, mean tokens already in the KV cache
+of a chunk's sequence -- earlier chunks and a prefix-cache hit, which its new tokens attend to) -> seconds of one
+iteration."""
 
 
 @dataclass(frozen=True)
@@ -92,34 +94,34 @@ class OperatorStep:
     kernels: Kernels
     layout: Layout
     step_overhead_s: float = 0.0
-    _memo: dict[tuple[int, int, int, int], float] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[tuple[int, int, int, int, int], float] = field(default_factory=dict, compare=False, repr=False)
 
     CONTEXT_GRAIN = 32
     """Mean contexts are rounded to this many tokens for the memo (a step's attention barely moves within it)."""
 
-    def __call__(self, decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+    def __call__(self, decode: int, context: float, chunks: int, chunk_tokens: float, chunk_prefix: float) -> float:
         g = self.CONTEXT_GRAIN
-        key = (decode, round(context / g), chunks, round(chunk_tokens))
+        key = (decode, round(context / g), chunks, round(chunk_tokens), round(chunk_prefix / g))
         hit = self._memo.get(key)
         if hit is None:
-            shape = StepShape(decode, max(key[1] * g, 1.0), chunks, max(chunk_tokens, 1.0))
+            shape = StepShape(decode, max(key[1] * g, 1.0), chunks, max(chunk_tokens, 1.0), key[4] * g)
             hit = float(step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total)
             self._memo[key] = hit
         return hit
 
     def decode_times(self, decode: int, contexts: np.ndarray) -> np.ndarray:
         """Pure decode iterations of ``decode`` sequences at each of ``contexts`` (mean context per iteration):
-        ``self(decode, c, 0, 0.0)`` for each, the memo's misses priced in one array call."""
+        ``self(decode, c, 0, 0.0, 0.0)`` for each, the memo's misses priced in one array call."""
         g = self.CONTEXT_GRAIN
         grains, where = np.unique(np.round(contexts / g).astype(np.int64), return_inverse=True)
-        out = np.array([self._memo.get((decode, int(k), 0, 0), np.nan) for k in grains])
+        out = np.array([self._memo.get((decode, int(k), 0, 0, 0), np.nan) for k in grains])
         missing = np.flatnonzero(np.isnan(out))
         if len(missing):
             shape = StepShape(decode, np.maximum(grains[missing] * g, 1.0), 0, 1.0)
             priced = step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total
             out[missing] = priced
             for k, t in zip(grains[missing], priced, strict=True):
-                self._memo[(decode, int(k), 0, 0)] = float(t)
+                self._memo[(decode, int(k), 0, 0, 0)] = float(t)
         times: np.ndarray = out[where]
         return times
 
@@ -576,7 +578,7 @@ class _Engine:
         if isinstance(cfg.step_time, OperatorStep):
             return cfg.step_time.decode_times(n, (held + n * np.arange(steps)) / n)
         if cfg.step_time is not None:
-            return np.array([cfg.step_time(n, (held + n * j) / n, 0, 0.0) for j in range(steps)])
+            return np.array([cfg.step_time(n, (held + n * j) / n, 0, 0.0, 0.0) for j in range(steps)])
         j = np.arange(steps)
         ctx = np.array([r.kv_tokens + 1 for r in decode])[:, None] + j[None, :]
         a, b, w = self.score
@@ -668,7 +670,8 @@ class _Engine:
         if cfg.step_time is not None:
             ctx = sum(r.kv_tokens for r in decode) / len(decode) if decode else 0.0
             chunk = sum(n for _, n in chunks) / len(chunks) if chunks else 0.0
-            return cfg.step_time(len(decode), ctx, len(chunks), chunk)
+            prefix = sum(r.prefilled for r, _ in chunks) / len(chunks) if chunks else 0.0
+            return cfg.step_time(len(decode), ctx, len(chunks), chunk, prefix)
         tokens = len(decode) + sum(n for _, n in chunks)
         a, b, w = self.score  # score_flops_per_query, its factors hoisted (the same products, in the same order)
         if self.mixed_windows:

@@ -153,7 +153,7 @@ def test_conservation_with_a_prefix_cache(seed, cache, kv):
     assert 0 <= r.prefix_token_hit_rate <= 1
 
 
-def _fixed_step(decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+def _fixed_step(decode: int, context: float, chunks: int, chunk_tokens: float, prefix: float) -> float:
     """A step model whose time is known: 1 ms per decode, 10 µs per prompt token, 2 ms fixed."""
     return 0.002 + 0.001 * decode + 1e-5 * chunks * chunk_tokens
 
@@ -191,8 +191,8 @@ def test_operator_step_memo_matches_the_operator_model():
     m, k = catalog.model("llama-3.1-8b"), roofline(catalog.device("h100-sxm"))
     step = OperatorStep(m, k, Layout(tp=2), 1e-3)
     want = float(step_times(m, k, Layout(tp=2), StepShape(16, 1024, 1, 512), 1e-3).total)
-    assert step(16, 1024.0, 1, 512.0) == pytest.approx(want)
-    assert step(16, 1030.0, 1, 512.0) == step(16, 1024.0, 1, 512.0)  # contexts within the memo grain share
+    assert step(16, 1024.0, 1, 512.0, 0.0) == pytest.approx(want)
+    assert step(16, 1030.0, 1, 512.0, 0.0) == step(16, 1024.0, 1, 512.0, 0.0)  # contexts within the memo grain share
 
 
 def test_operator_step_prices_a_decode_stretch_as_each_iteration():
@@ -208,7 +208,7 @@ def test_operator_step_prices_a_decode_stretch_as_each_iteration():
     stretch_first = OperatorStep(m, k, Layout(tp=2), 1e-3)
     times = stretch_first.decode_times(12, contexts)
     one_first = OperatorStep(m, k, Layout(tp=2), 1e-3)
-    each = [one_first(12, float(c), 0, 0.0) for c in contexts]
+    each = [one_first(12, float(c), 0, 0.0, 0.0) for c in contexts]
     assert times.tolist() == each
     assert stretch_first.decode_times(12, contexts).tolist() == each  # from the memo the second time
 
@@ -255,7 +255,7 @@ def test_fast_forward_gives_exactly_the_per_iteration_result(
     _same(fast, simulate_serving(reqs, M, replace(cfg, fast_forward=False)))
 
 
-def _unit_step(decode: int, context: float, chunks: int, chunk_tokens: float) -> float:
+def _unit_step(decode: int, context: float, chunks: int, chunk_tokens: float, prefix: float) -> float:
     return 1.0  # every iteration takes a second: token times count iterations
 
 
