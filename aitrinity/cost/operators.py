@@ -157,7 +157,10 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
         return ffn(tokens, m.intermediate_size)
     e = m.moe
     local = e.num_experts / lay.ep
-    routed = tokens * e.experts_per_token / lay.ep  # token-expert pairs landing on this rank's experts
+    # token-expert pairs landing on this rank's experts: with expert parallelism each of the ep replicas of the
+    # EP group dispatches its tokens' top-k copies over the group, so a rank's 1/ep of the experts receive
+    # (ep x tokens) x top-k / ep pairs (attention DP "globalizes" the tokens, as aiconfigurator's MoE query does)
+    routed = tokens * e.experts_per_token
     touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
     per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
     # the touched experts in grouped GEMMs (one launch each for the up and the down projection, as a fused MoE
@@ -168,7 +171,7 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     )
     # the engine's fused MoE kernel where a table measured this shape (uniform routing, as here)
     shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, tp, lay.ep)
-    measured = k.moe(tokens, shape, wd)
+    measured = k.moe(tokens * lay.ep, shape, wd)  # the tables count the EP group's tokens
     experts = np.where(np.isnan(measured), experts, measured)
     out = k.gemm(tokens, e.num_experts, h, "bf16") + experts
     if e.num_shared_experts:

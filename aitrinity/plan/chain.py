@@ -336,6 +336,7 @@ _SERVING = _Kind(
     moves={
         "tp": "tp",
         "pp": "pp",
+        "ep": "ep",
         "batch": "batch",
         "kv_offload": "kv-offload",
         "weight_quantization": "weight-quantization",
@@ -347,6 +348,7 @@ _SERVING = _Kind(
     names={
         "tp": "tensor parallel",
         "pp": "pipeline parallel",
+        "ep": "expert parallel",
         "batch": "batch",
         "kv_offload": "KV offload",
         "weight_quantization": "weight quantization",
@@ -398,6 +400,7 @@ def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
         **_extra_values(plan, "serving"),
         "tp": plan.tp,
         "pp": plan.pp,
+        "ep": plan.ep,
         "batch": batch,
         "kv_offload": getattr(kinds.get("kv-offload"), "fraction", 0.0),
         "weight_quantization": getattr(kinds.get("weight-quantization"), "dtype", "none"),
@@ -425,7 +428,7 @@ def serving_chain(
         kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
         kept += _extra_entries(values, "serving")
         plan = row_plan(
-            base.model_copy(update={"exchanges": kept}),
+            base.model_copy(update={"exchanges": kept, "ep": values["ep"]}),
             values["tp"],
             values["pp"],
             values["kv_offload"],
@@ -452,8 +455,9 @@ def serving_chain(
             )
         )
     else:
-        naive = _serving_values(base.model_copy(update={"tp": 1, "pp": 1, "exchanges": []}), first_batch)
-        state = _naive(m, system, base, run, naive)
+        no_ep = base.model_copy(update={"ep": 1}) if m.moe else base  # a dense model keeps the scenario's ep
+        naive = _serving_values(no_ep.model_copy(update={"tp": 1, "pp": 1, "exchanges": []}), first_batch)
+        state = _naive(m, system, no_ep, run, naive)
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system")
     return _greedy(kind, state, goal, run, _describe_start(state, start))

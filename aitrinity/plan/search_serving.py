@@ -25,7 +25,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
 from aitrinity.plan.rows import frontier, quantize
-from aitrinity.plan.search import ReasonCount, layouts
+from aitrinity.plan.search import ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
     KV_DTYPES,
     OVER_BUDGET,
@@ -76,10 +76,12 @@ class ServingChoice(Result):
     prefix_hit_rate: float | None = None
     added: list[dict[str, Any]] = []
     """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
+    ep: int = 1
+    """Expert parallelism (MoE): each expert lives on one of ``ep`` replicas' GPUs, tokens cross by all-to-all."""
 
     @property
     def layout(self) -> str:
-        return f"tp{self.tp} pp{self.pp} x{self.replicas}"
+        return f"tp{self.tp} pp{self.pp} x{self.replicas}" + (f" ep{self.ep}" if self.ep > 1 else "")
 
     @property
     def techniques(self) -> str:
@@ -102,7 +104,7 @@ class ServingChoice(Result):
     def plan(self, base: Plan) -> Plan:
         if self.prefix_capacity_bytes is not None:
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
-        base = registry.with_added(base, [registry.entry(e) for e in self.added])
+        base = registry.with_added(base, [registry.entry(e) for e in self.added]).model_copy(update={"ep": self.ep})
         return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
 
 
@@ -223,6 +225,7 @@ def search_serving(
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     rows = t.rows
     simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0) + t.tp * t.pp
+    simple += t.ep > 1
     simple += np.array([len(entries) for entries in combos])[t.added]
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
@@ -247,6 +250,7 @@ class _Table:
 
     tp: np.ndarray
     pp: np.ndarray
+    ep: np.ndarray
     rows: ServingRows
     priced: ServingPriced
     capacity: np.ndarray
@@ -269,19 +273,21 @@ def _evaluate(
     kernels: Kernels | None,
     combos: list[list[Any]],
 ) -> _Table:
-    """Price every layout x prefix-cache size x registered options x the row grid (one vectorized call each)."""
+    """Price every layout (and, for a MoE model, expert-parallel degree) x prefix-cache size x registered options
+    x the row grid (one vectorized call each)."""
     rows = _grid(system.host_memory is not None, job.batch)
-    tps, pps, caps, hits, added = [], [], [], [], []
+    tps, pps, eps, caps, hits, added = [], [], [], [], [], []
     deferred = []
     replayed: dict[int, float] = {}
-    for tp, pp in layouts(m, system, base.ep):
+    for tp, pp, ep in _layouts(m, system, base.ep):
         for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
             for c, entries in enumerate(combos):
-                p = registry.with_added(plan, entries)
+                p = registry.with_added(plan, entries).model_copy(update={"ep": ep})
                 deferred.append(price_rows_deferred(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
                 added.append(np.full(len(rows), c))
                 tps.append(np.full(len(rows), tp))
                 pps.append(np.full(len(rows), pp))
+                eps.append(np.full(len(rows), ep))
                 caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
                 hits.append(np.full(len(rows), np.nan if hit is None else hit))
     # the steady states of every layout at once: one call per TP degree (they do not depend on pp)
@@ -302,6 +308,7 @@ def _evaluate(
     return _Table(
         np.concatenate(tps),
         np.concatenate(pps),
+        np.concatenate(eps),
         tiled,
         priced,
         np.concatenate(caps),
@@ -336,4 +343,14 @@ def _choice(t: _Table, i: int, system: System, combos: list[list[Any]]) -> Servi
         prefix_capacity_bytes=None if np.isnan(t.capacity[i]) else float(t.capacity[i]),
         prefix_hit_rate=None if np.isnan(t.hit[i]) else float(t.hit[i]),
         added=[e.model_dump(mode="json") for e in combos[int(t.added[i])]],
+        ep=int(t.ep[i]),
     )
+
+
+def _layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) to search: every layout and, for a MoE model, every expert-parallel degree its replicas allow
+    (:func:`aitrinity.plan.search.expert_degrees`); a dense model keeps the scenario's ``ep``."""
+    if not m.moe:
+        return [(tp, pp, ep) for tp, pp in layouts(m, system, ep)]
+    n = system.num_devices
+    return [(tp, pp, e) for tp, pp in layouts(m, system, 1) for e in expert_degrees(m, n // (tp * pp), ep)]

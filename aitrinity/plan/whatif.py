@@ -175,7 +175,7 @@ def _training_plan(c: PlanChoice) -> str:
 
 
 def _serving_plan(c: ServingChoice) -> str:
-    parts = [f"tp{c.tp} pp{c.pp} x{c.replicas} batch {c.batch}"]
+    parts = [f"{c.layout} batch {c.batch}"]
     parts += [f"kv-offload {c.kv_offload:g}"] if c.kv_offload else []
     parts += [f"w:{c.weight_quantization}"] if c.weight_quantization != "none" else []
     parts += [f"kv:{c.kv_quantization}"] if c.kv_quantization != "none" else []

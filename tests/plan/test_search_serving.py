@@ -98,10 +98,33 @@ def test_prefix_cache_capacity_is_searched_from_the_trace():
 
 
 def test_a_tp_degree_with_no_plan_that_fits_is_reported_not_a_crash():
-    """DeepSeek-R1 in fp8 on 8 x H200: at tp 1, 2 or 4 no batch fits its weights, so the fixed-concurrency steady
-    state has nothing to price at those TP degrees (it raised an internal error); only tp 8 plans come back."""
-    m, system = catalog.model("deepseek-r1"), make_system("h200")
+    """Llama-3.1-405B in fp8 on 8 x H100: at tp 1 and 2 no batch fits its weights, so the fixed-concurrency steady
+    state has nothing to price at those TP degrees (it raised an internal error); the plans that come back use all
+    eight GPUs for one replica."""
+    m, system = catalog.model("llama-3.1-405b"), make_system("h100-sxm")
     job = ServingJob(prompt_tokens=2048, output_tokens=512, batch=16)
     res = search_serving(m, job, Plan(weight_dtype="fp8", kv_dtype="fp8"), system)
-    assert res.feasible > 0 and {c.tp for c in res.top} == {8}
+    assert res.feasible > 0 and {c.tp * c.pp for c in res.top} == {8}
     assert any(r.reason == "device memory" and r.count > 0 for r in res.infeasible)
+
+
+def test_a_moe_model_is_searched_over_expert_parallel_degrees_too():
+    """DeepSeek-R1 on 8 x H200: every layout is tried with each EP degree its replicas allow (attention data
+    parallel x expert parallel, as SGLang and TensorRT-LLM serve DeepSeek), and a chosen EP plan prices as the
+    one-plan path prices it."""
+    m, system = catalog.model("deepseek-r1"), make_system("h200")
+    job = ServingJob(prompt_tokens=2048, output_tokens=512, batch=16)
+    base = Plan(weight_dtype="fp8", kv_dtype="fp8")
+    res = search_serving(m, job, base, system, pareto=False, top=50)
+    eps = {(c.tp, c.ep) for c in res.top}
+    assert any(ep > 1 for _, ep in eps) and any(ep == 1 for _, ep in eps)
+    assert all(8 // c.tp % c.ep == 0 for c in res.top)  # EP spans replicas: it divides their number
+    ep_plan = next(c for c in res.top if c.ep > 1)
+    one = price_serving_ledger(
+        serving_ledger("x", m, job.model_copy(update={"batch": ep_plan.batch}), ep_plan.plan(base), system),
+        m,
+        ep_plan.plan(base),
+        job.model_copy(update={"batch": ep_plan.batch}),
+        system,
+    )
+    assert one.serving.tpot_s == pytest.approx(ep_plan.tpot_s, rel=1e-9)
