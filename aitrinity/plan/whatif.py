@@ -174,14 +174,6 @@ def _training_plan(c: PlanChoice) -> str:
     return " ".join(parts)
 
 
-def _serving_plan(c: ServingChoice) -> str:
-    parts = [f"{c.layout} batch {c.batch}"]
-    parts += [f"kv-offload {c.kv_offload:g}"] if c.kv_offload else []
-    parts += [f"w:{c.weight_quantization}"] if c.weight_quantization != "none" else []
-    parts += [f"kv:{c.kv_quantization}"] if c.kv_quantization != "none" else []
-    return " ".join(parts)
-
-
 def _best(objective: HardwareObjective, c: PlanChoice | ServingChoice | None, plan: str, tech: list[str]) -> Best:
     if c is None:
         return Best(
@@ -237,7 +229,7 @@ def best(case: Case, system: System, objective: HardwareObjective) -> Best:
     ).best
     if s is None:
         return _best(objective, None, "", [])
-    return _best(objective, s, _serving_plan(s), registry.used_by(s.plan(base), "serving"))
+    return _best(objective, s, s.label, registry.used_by(s.plan(base), "serving"))
 
 
 def _effect(resource: str, factor: float, nominal: Best, after: Best) -> ResourceEffect:
