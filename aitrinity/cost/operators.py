@@ -71,13 +71,35 @@ class StepShape:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the model is split and stored: TP degree, EP degree (MoE), and the dtypes kernels run in."""
+    """How the model is split and stored: TP degree, EP degree (MoE), and the dtypes kernels run in.
+
+    A MoE layer runs on a group of ``tp x dp`` GPUs -- ``dp`` attention data-parallel replicas of ``tp`` GPUs each
+    -- split ``moe_tp x ep`` (an expert's GEMMs over ``moe_tp`` GPUs, the experts over ``ep``; the layouts
+    aiconfigurator and the engines name ``tp / attention_dp / moe_tp / moe_ep``). ``attention_dp`` None is ``ep``:
+    DP attention with EP MoE, each expert split over the replica's ``tp`` GPUs (SGLang's and TensorRT-LLM's
+    DeepSeek layout); ``attention_dp=1`` with ``ep == tp`` is attention TP with EP MoE on the same GPUs
+    (TensorRT-LLM's "TEP"). A dense model ignores ``ep``; ``dp`` replicas of it only share out the clients."""
 
     tp: int = 1
     ep: int = 1
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     engine: str = "generic"
+    attention_dp: int | None = None
+
+    def __post_init__(self) -> None:
+        if min(self.tp, self.ep, self.dp) < 1 or (self.tp * self.dp) % self.ep:
+            raise ValueError(f"a MoE group of tp {self.tp} x dp {self.dp} GPUs cannot hold ep {self.ep}")
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel replicas whose tokens meet in one MoE group."""
+        return self.ep if self.attention_dp is None else self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        """The GPUs one expert's GEMMs are split over."""
+        return self.tp * self.dp // self.ep
 
 
 @dataclass(frozen=True)
@@ -144,9 +166,17 @@ def attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
     return max(m.num_attention_heads // tp, 1), max(m.kv_heads // tp, 1), m.dim_head
 
 
+def projection_time(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array:
+    """The attention's input and output projections of one layer on one TP rank (``rows`` tokens)."""
+    h, wd = m.hidden_size, lay.weight_dtype
+    a, g, d = attention_shape(m, lay.tp)
+    dv = m.v_head_dim if m.mla else d
+    return k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd) + k.gemm(rows, h, a * dv, wd)
+
+
 def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bool) -> Array:
     """The MLP of one layer on one rank: dense, or MoE (router, shared experts, touched routed experts)."""
-    h, wd, tp = m.hidden_size, lay.weight_dtype, lay.tp
+    h, wd, tp, dp, ep = m.hidden_size, lay.weight_dtype, lay.tp, lay.dp, lay.ep
     gated = m.mlp == "gated"
 
     def ffn(rows: Array, width: int) -> Array:
@@ -156,22 +186,22 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     if not (moe_layer and m.moe):
         return ffn(tokens, m.intermediate_size)
     e = m.moe
-    local = e.num_experts / lay.ep
-    # token-expert pairs landing on this rank's experts: with expert parallelism each of the ep replicas of the
-    # EP group dispatches its tokens' top-k copies over the group, so a rank's 1/ep of the experts receive
-    # (ep x tokens) x top-k / ep pairs (attention DP "globalizes" the tokens, as aiconfigurator's MoE query does)
-    routed = tokens * e.experts_per_token
+    local = e.num_experts / ep
+    # token-expert pairs landing on this rank's experts: each of the dp replicas of the MoE group dispatches its
+    # tokens' top-k copies over the group, so a rank's 1/ep of the experts receive (dp x tokens) x top-k / ep pairs
+    # (attention DP "globalizes" the tokens, as aiconfigurator's MoE query does)
+    routed = tokens * dp * e.experts_per_token / ep
     touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
     per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
     # the touched experts in grouped GEMMs (one launch each for the up and the down projection, as a fused MoE
     # kernel runs them), where no table measured the engine's fused MoE for this shape
-    width = e.expert_intermediate_size // tp
+    width = e.expert_intermediate_size // lay.moe_tp
     experts = k.grouped_gemm(touched, per_expert, (2 if gated else 1) * width, h, wd) + k.grouped_gemm(
         touched, per_expert, h, width, wd
     )
     # the engine's fused MoE kernel where a table measured this shape (uniform routing, as here)
-    shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, tp, lay.ep)
-    measured = k.moe(tokens * lay.ep, shape, wd)  # the tables count the EP group's tokens
+    shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, lay.moe_tp, ep)
+    measured = k.moe(tokens * dp, shape, wd)  # the tables count the MoE group's tokens
     experts = np.where(np.isnan(measured), experts, measured)
     out = k.gemm(tokens, e.num_experts, h, "bf16") + experts
     if e.num_shared_experts:
@@ -188,12 +218,10 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     prefix = np.asarray(s.prefill_prefix, dtype=np.float64)
     tokens = dec + nps * plen
     rows = np.maximum(tokens, 1.0)
-    tp, wd, h = lay.tp, lay.weight_dtype, m.hidden_size
+    tp, h = lay.tp, m.hidden_size
     a, g, d = attention_shape(m, tp)
-    dv = m.v_head_dim if m.mla else d
 
-    qkv = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd)
-    o_proj = k.gemm(rows, h, a * dv, wd)
+    projections = projection_time(m, k, lay, rows)
     attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None)
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
@@ -203,12 +231,15 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
 
     layers = m.num_layers
     samplers = np.maximum(dec + nps, 1.0)
-    gemm = layers * (qkv + o_proj) + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
+    gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
-    if m.moe and lay.ep > 1:  # EP: each MoE layer dispatches its tokens' top-k copies and combines them back
-        routed = rows * m.moe.experts_per_token * h * 2.0
-        comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
+    if m.moe and lay.dp > 1:  # the replicas' tokens meet in each MoE layer, and go back
+        if lay.ep > 1:  # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back
+            routed = rows * m.moe.experts_per_token * h * 2.0
+            comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
+        else:  # every expert split over the whole group: all-gather the tokens, reduce-scatter the outputs
+            comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, tp * lay.dp)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
     engine = np.full(shape, float(step_overhead_s))

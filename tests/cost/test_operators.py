@@ -115,3 +115,40 @@ def test_a_grouped_gemm_is_its_groups_work_and_one_launch(k):
     launch = k.params.gemm_for("bf16").launch_s
     assert float(k.grouped_gemm(1.0, 8.0, 4096, 7168, "bf16")) == pytest.approx(float(one))
     assert float(k.grouped_gemm(32.0, 8.0, 4096, 7168, "bf16")) == pytest.approx(launch + 32 * float(one - launch))
+
+
+def test_a_moe_group_splits_into_moe_tp_x_ep_over_tp_x_attention_dp():
+    assert Layout(tp=8, ep=8, attention_dp=1).moe_tp == 1  # TensorRT-LLM's TEP
+    assert Layout(tp=1, ep=8).dp == 8 and Layout(tp=1, ep=8).moe_tp == 1  # DP attention + EP
+    assert Layout(tp=2, ep=4).moe_tp == 2 and Layout(tp=4, ep=1, attention_dp=2).moe_tp == 8
+    with pytest.raises(ValueError, match="cannot hold ep 3"):
+        Layout(tp=2, ep=3, attention_dp=1)
+
+
+def test_attention_tp_with_expert_parallel_moe_needs_no_all_to_all(k):
+    """With attention TP (dp 1) every rank already holds the step's tokens: an EP rank runs its experts on them and
+    the MLP's all-reduce combines the outputs, so TEP's collectives are pure TP's. The experts' work is the same
+    (each rank: 1/8 of the expert FLOPs), in fewer, wider GEMMs."""
+    m = catalog.model("deepseek-v3")
+    shape = StepShape(decode=64.0, context=2048.0)
+    tep = step_times(m, k, Layout(tp=8, ep=8, attention_dp=1, weight_dtype="fp8"), shape)
+    pure_tp = step_times(m, k, Layout(tp=8, weight_dtype="fp8"), shape)
+    assert float(tep.communication) == float(pure_tp.communication)
+    assert float(tep.attention) == float(pure_tp.attention)
+    # DP attention over the same 8 GPUs, the 64 sequences 8 per replica: each replica's tokens are dispatched and
+    # combined over the group, and a replica reads only its own sequences' latent KV, which TP cannot split
+    dep = step_times(m, k, Layout(tp=1, ep=8, weight_dtype="fp8"), StepShape(decode=8.0, context=2048.0))
+    routed = 8.0 * m.moe.experts_per_token * m.hidden_size * 2.0
+    assert float(dep.communication) >= 2.0 * m.num_moe_layers * float(k.all_to_all(routed, 8))
+    assert float(dep.attention) < 0.5 * float(tep.attention)
+
+
+def test_experts_split_over_the_whole_group_gather_the_replicas_tokens(k):
+    """dp 2 replicas of tp 4, every expert over all 8 GPUs (ep 1): each MoE layer all-gathers the two replicas'
+    tokens and reduce-scatters the outputs -- one all-reduce's traffic of both replicas' activations."""
+    m = catalog.model("mixtral-8x7b")
+    shape = StepShape(decode=32.0, context=1024.0)
+    dp2 = step_times(m, k, Layout(tp=4, ep=1, attention_dp=2), shape)
+    dp1 = step_times(m, k, Layout(tp=4), shape)
+    want = m.num_moe_layers * float(k.all_reduce(32.0 * 2 * m.hidden_size * 2.0, 8))
+    assert float(dp2.communication - dp1.communication) == pytest.approx(want)
