@@ -1,0 +1,218 @@
+"""Disaggregated serving at a fixed concurrency: a prefill pool and a decode pool, and the KV between them.
+
+The layout DistServe (Zhong et al., OSDI'24), Mooncake (Qin et al., FAST'25) and NVIDIA Dynamo run: ``P``
+prefill workers only compute prompts, ``D`` decode workers only generate; a prompt's KV cache crosses a link
+from the one to the other. The protocol is the closed loop of :mod:`aitrinity.cost.concurrency` (``c`` clients,
+``isl`` / ``osl``), and the steady state is solved for the whole loop at once:
+
+- **Decode.** A request decodes on one of the ``D x dp`` decode replicas; with ``n`` requests on a replica a step
+  takes ``t_d(n)`` (the operator model, no prompt in it: that is the point of disaggregation), so
+  ``TPOT = t_d(n)``, where ``n`` is the replica's share of the requests decoding (Little's law:
+  ``X · (osl - 1) · TPOT / (D · dp)``, at most the pool's ``batch``).
+- **Prefill.** A replica of the prefill pool runs iterations back to back while prompts wait, each taking every
+  waiting prompt up to ``b`` (its token budget over ``isl``, at most the pool's ``batch``): gated batch service.
+  An iteration of ``β`` prompts takes ``t(β) ≈ f + a·β`` (the operator model at ``β = 1`` and ``β = b``). At a
+  throughput ``x`` per replica the iterations settle where each one collects the prompts that arrived during
+  the one before, ``β = max(1, x·t(β))``, so ``β = x f / (1 - x a)`` (clipped to ``[1, b]``); a prompt waits
+  for the iteration in flight (busy share ``u = x t(β) / β``, half an iteration on average) and is then
+  prefilled in the next: ``F(x) = u t(β)/2 + t(β)``. The loop closes it: ``x = (c / (P·dp)) / (z + F(x))`` with
+  ``z`` the rest of a request's cycle (overhead, KV transfer, decode); past the pool's capacity ``b / t(b)`` the
+  prompts queue and ``TTFT`` is what the closed loop leaves: ``c / X - z``.
+- **TTFT** = ``t_request`` + that prefill latency + the first round's wave (all ``c`` clients start at once:
+  ``w_batch · (⌈c/(P·dp·b)⌉ - 1)/2 · t(b)``, the wave term of the aggregated model). The first token leaves
+  the prefill worker; the KV then crosses the link (``bytes / bandwidth + latency``, each of the prefill
+  replica's ``tp`` GPUs sending its shard), which delays the second token: it is in the request's latency, not
+  in TTFT, as the simulator counts it (:mod:`aitrinity.sim.serving`).
+
+**Rate matching.** Each pool's capacity in requests per second -- ``P · dp · b / t(b)`` for prefill, the decode pool's
+``D · dp · batch`` slots over a request's decode time for decode -- and the one that binds are reported: a split
+is balanced when neither pool idles while the other queues (DistServe §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from aitrinity.cost.concurrency import EngineProfile, profile
+from aitrinity.cost.kernels import Array, Kernels
+from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
+from aitrinity.spec.model import ModelSpec
+
+_OUTER = 12
+"""Fixed-point rounds between the decode occupancy and the prefill loop (TPOT moves little with the decode batch
+at the occupancy the loop settles at)."""
+_BISECT = 60
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One side of a disaggregated deployment: ``workers`` engine instances of one layout."""
+
+    workers: int
+    layout: Layout
+    batch: float = np.inf
+    """Sequences one replica runs at once at most (the engine's max batch; for prefill, prompts per step)."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"a pool needs at least one worker, not {self.workers}")
+
+    @property
+    def replicas(self) -> int:
+        """Attention replicas that each take their own requests (workers x attention DP)."""
+        return self.workers * self.layout.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.layout.tp * self.layout.dp
+
+
+@dataclass(frozen=True)
+class KVLink:
+    """The link a prompt's KV crosses from a prefill GPU to a decode GPU (per GPU; the TP ranks send in parallel)."""
+
+    bandwidth_Bps: float
+    latency_s: float = 0.0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class DisaggregatedState:
+    """Per-request times of a disaggregated deployment at a fixed concurrency (arrays of the broadcast shape)."""
+
+    ttft_s: Array
+    tpot_s: Array
+    request_latency_s: Array
+    requests_per_s: Array
+    output_tokens_per_s: Array
+    prefill_s: Array
+    """``t(1)``: one prompt's prefill alone on a prefill replica."""
+    queue_s: Array
+    """TTFT's prefill latency beyond ``t(1)``: the iteration in flight, batching with others, a queue past
+    capacity."""
+    wave_s: Array
+    """The first round's wait behind prompts that arrive together."""
+    request_s: Array
+    """TTFT's part outside the GPU (the engine profile's ``t_request``)."""
+    transfer_s: Array
+    """The KV's trip from the prefill to the decode pool (after the first token)."""
+    prefill_utilization: Array
+    """A prefill replica's throughput over its capacity."""
+    decode_batch: Array
+    """Requests decoding on one decode replica."""
+    prefill_capacity_rps: Array
+    decode_capacity_rps: Array
+    prefill_step: StepTimes
+    """One prompt's prefill alone, by operator class."""
+    decode_step: StepTimes
+    """The decode step at the loop's occupancy, by operator class."""
+
+    @property
+    def binding_pool(self) -> Array:
+        """'prefill' or 'decode': the pool whose capacity is nearer its load."""
+        load_p = self.requests_per_s / self.prefill_capacity_rps
+        load_d = self.requests_per_s / self.decode_capacity_rps
+        return np.where(load_p >= load_d, "prefill", "decode")
+
+
+def disaggregated_steady_state(
+    m: ModelSpec,
+    k: Kernels,
+    prefill: Pool,
+    decode: Pool,
+    link: KVLink,
+    concurrency: ArrayLike,
+    isl: ArrayLike,
+    osl: ArrayLike,
+    engine: EngineProfile | None = None,
+    token_budget: float = 8192.0,
+) -> DisaggregatedState:
+    """TTFT, TPOT and throughput of ``prefill`` + ``decode`` pools serving ``concurrency`` clients (module doc).
+    ``token_budget``: prompt tokens one prefill iteration takes at most (the engine's; 8,192 by default)."""
+    prof = engine or profile(decode.layout.engine)
+    c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
+    s_in = np.maximum(np.asarray(isl, dtype=np.float64), 1.0)
+    s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
+    c, s_in, s_out = np.broadcast_arrays(c, s_in, s_out)
+    zero, one = np.zeros(c.shape), np.ones(c.shape)
+    rp, rd = float(prefill.replicas), float(decode.replicas)
+
+    # prefill iterations of 1 and of b prompts: t(β) = f + a·β between them
+    b = np.maximum(np.minimum(np.floor(token_budget / s_in), prefill.batch), 1.0)
+    pre = step_times(m, k, prefill.layout, StepShape(zero, one, np.stack([one, b]), s_in), prof.step_overhead_s)
+    t1, tb = pre.total[0], pre.total[1]
+    a = np.where(b > 1.0, (tb - t1) / np.maximum(b - 1.0, 1.0), 0.0)
+    f = t1 - a
+    capacity = b / tb  # prompts per second of one prefill replica
+
+    kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * s_in
+    transfer = link.latency_s + kv / (link.bandwidth_Bps * prefill.layout.tp)
+    ctx = s_in + s_out / 2.0
+    steps = s_out - 1.0
+    clients = c / rp
+
+    def decode_at(n: Array) -> StepTimes:
+        return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
+
+    def prefill_latency(x: Array) -> Array:
+        beta = np.clip(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0, b)
+        it = f + a * beta
+        busy = np.minimum(x * it / beta, 1.0)
+        out: Array = busy * it / 2.0 + it
+        return out
+
+    n_dec = np.minimum(c / rd, decode.batch)
+    dec = decode_at(n_dec)
+    x = np.zeros(c.shape)
+    for _ in range(_OUTER):
+        # the rest of a request's cycle beside the prefill replica: overhead, the KV's trip, decode
+        z = prof.request_overhead_s + transfer + steps * dec.total
+        x = _throughput(clients, z, capacity, prefill_latency)
+        n_dec = np.minimum(x * rp * steps * dec.total / rd, decode.batch)
+        dec = decode_at(n_dec)
+    tpot = dec.total
+    z = prof.request_overhead_s + transfer + steps * tpot
+    wave = prof.batch_wait * (np.ceil(clients / b) - 1.0) / 2.0 * tb
+    queued = clients / x - z  # past capacity: the queue the loop leaves (it holds the first round's wave too)
+    wave = np.where(queued > prefill_latency(x) + wave, 0.0, wave)
+    prefill_s = np.maximum(prefill_latency(x), queued)
+    ttft = prof.request_overhead_s + prefill_s + wave
+    latency = ttft + transfer + steps * tpot
+    rps = c / latency
+    slots = np.minimum(np.maximum(c / rd, 1.0), decode.batch)
+    full = decode_at(slots)
+    return DisaggregatedState(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        request_latency_s=latency,
+        requests_per_s=rps,
+        output_tokens_per_s=rps * s_out,
+        prefill_s=t1,
+        queue_s=prefill_s - t1,
+        wave_s=wave,
+        request_s=np.full(c.shape, prof.request_overhead_s),
+        transfer_s=transfer,
+        prefill_utilization=x / capacity,
+        decode_batch=n_dec,
+        prefill_capacity_rps=rp * capacity,
+        decode_capacity_rps=rd * slots / (steps * full.total + transfer),
+        prefill_step=StepTimes(*(getattr(pre, f)[0] for f in OPERATOR_CLASSES)),
+        decode_step=dec,
+    )
+
+
+def _throughput(clients: Array, z: Array, capacity: Array, latency: Callable[[Array], Array]) -> Array:
+    """A prefill replica's throughput ``x`` in its closed loop: the root of ``x (z + F(x)) = clients`` below
+    ``capacity`` (the left side rises with ``x``), or ``capacity`` where the loop would push past it."""
+    lo, hi = np.zeros(z.shape), capacity.copy()
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        above = mid * (z + latency(mid)) > clients
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return 0.5 * (lo + hi)
