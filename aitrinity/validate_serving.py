@@ -3,14 +3,25 @@
 The file's format is that of ``aiconfigurator-core``'s end-to-end samples (and of
 ``../shared/validation/serving_h100_dense.csv``): one row per benchmark run of a server at a fixed
 concurrency -- ``model_path`` (a Hugging Face id), ``system`` (``h100_sxm``), ``backend`` and
-``backend_version``, ``mode`` (``agg``: prefill and decode on the same GPUs), ``isl``, ``osl``,
-``batch_size`` (the concurrency), ``tp_size``, ``pp_size``, ``attention_dp_size``, ``gemm_quant_mode``
-(``''`` = bf16, ``fp8``, ``nvfp4``), and the measured ``silicon_ttft_ms`` and ``silicon_tpot_ms``.
+``backend_version``, ``mode``, ``isl``, ``osl``, ``batch_size`` (the concurrency), ``gemm_quant_mode``
+(``''`` = bf16, ``fp8``, ``nvfp4``), and the measured ``silicon_ttft_ms`` and ``silicon_tpot_ms``. The layout:
 
-Each row is priced by :func:`aitrinity.cost.concurrency.steady_state` with the kernels
-:mod:`aitrinity.silicon` chooses (the measured tables with ``[silicon]``, else the catalog roofline);
-rows the model cannot express (disaggregated, pipeline-parallel, attention-DP, an unknown model or GPU)
-are counted and listed with the reason, never silently dropped.
+- ``mode: agg`` (prefill and decode on the same GPUs): ``tp_size``, ``pp_size``, ``attention_dp_size``,
+  ``moe_tp_size``, ``moe_ep_size`` -- ``tp x attention_dp`` GPUs, the MoE layers split ``moe_tp x moe_ep`` over
+  them (:class:`~aitrinity.cost.operators.Layout`); the clients spread over the ``attention_dp`` replicas.
+  Priced by :func:`aitrinity.cost.concurrency.steady_state`.
+- ``mode: disagg``: the same five sizes with a ``prefill_`` and a ``decode_`` prefix, each pool's
+  ``*_num_workers`` and ``*_batch_size`` (an engine's cap on the sequences of one replica). Priced by
+  :func:`aitrinity.cost.disaggregated.disaggregated_steady_state`, the KV crossing NVLink when both pools fit
+  in one NVLink domain of the GPU, else the GPU's scale-out NIC.
+
+Pipeline parallelism is priced as ``trinity diagnose`` prices it at a fixed concurrency: a token passes every
+stage, so a step is the whole model on one TP group (PP adds capacity, not speed).
+
+The kernels are those :mod:`aitrinity.silicon` chooses (the measured tables with ``[silicon]``, else the
+catalog roofline). Rows the model cannot express (an unknown model or GPU, a MoE split that does not fit the
+GPUs or the experts, a disaggregated run without its pools) are counted and listed with the reason, never
+silently dropped.
 """
 
 from __future__ import annotations
@@ -27,9 +38,12 @@ import numpy as np
 from aitrinity import catalog, silicon
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
 from aitrinity.cost.concurrency import steady_state
+from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout
 from aitrinity.errors import SpecError, TrinityError
+from aitrinity.spec.hardware import DeviceSpec
+from aitrinity.spec.model import ModelSpec
 
 DEVICE_OF_SYSTEM = {system: device for device, system in reversed(SYSTEM_OF_DEVICE.items())}
 """Table folder -> catalog device (the first catalog device listed for it: a100_sxm is the 80 GB part)."""
@@ -56,6 +70,9 @@ class PricedRun(Result):
     engine: str
     dtype: str
     tp: int
+    """The TP size of the (decode) pool."""
+    layout: str = ""
+    """Beyond plain TP: ``tp1 dp8 ep8``, ``pp2``, ``prefill 2 x tp4 + decode 1 x tp8``; empty for ``tpN``."""
     concurrency: int
     isl: int
     osl: int
@@ -101,6 +118,22 @@ class ServingValidation(Result):
 
 
 @dataclass(frozen=True)
+class _Pool:
+    """One engine layout of a run: ``workers`` instances of ``tp x dp`` GPUs (``pp`` stages), MoE ``moe_tp x ep``."""
+
+    tp: int
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    workers: int = 1
+    batch: float = np.inf
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}"] + [f"{k}{v}" for k, v in (("pp", self.pp), ("dp", self.dp), ("ep", self.ep)) if v > 1]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
 class _Row:
     id: str
     model: str
@@ -108,12 +141,26 @@ class _Row:
     engine: str
     version: str | None
     dtype: str
-    tp: int
+    pool: _Pool
+    """The aggregated layout, or the decode pool of a disaggregated run."""
+    prefill: _Pool | None
+    """The prefill pool of a disaggregated run; None: aggregated."""
     c: int
     isl: int
     osl: int
     ttft_ms: float
     tpot_ms: float
+
+    @property
+    def tp(self) -> int:
+        return self.pool.tp
+
+    @property
+    def layout(self) -> str:
+        if self.prefill is not None:
+            p, d = self.prefill, self.pool
+            return f"prefill {p.workers} x {p.label()} + decode {d.workers} x {d.label()}"
+        return "" if self.pool.label() == f"tp{self.pool.tp}" else self.pool.label()
 
 
 def read_rows(path: Path) -> tuple[list[_Row], list[Skipped]]:
@@ -153,12 +200,9 @@ def _int(raw: dict[str, str], key: str, default: int = 1) -> int:
 
 
 def _parse(rid: str, raw: dict[str, str]) -> _Row:
-    if raw["mode"].strip() != "agg":
-        raise _Skip(f"mode {raw['mode']!r}: disaggregated prefill/decode pools are not in the analytic model yet")
-    if _int(raw, "pp_size") > 1:
-        raise _Skip("pipeline parallel serving at fixed concurrency is not modelled")
-    if _int(raw, "attention_dp_size") > 1:
-        raise _Skip("attention data parallelism is not modelled")
+    mode = raw["mode"].strip()
+    if mode not in ("agg", "disagg"):
+        raise _Skip(f"mode {mode!r}: neither aggregated ('agg') nor disaggregated ('disagg')")
     device = DEVICE_OF_SYSTEM.get(raw["system"].strip())
     if device is None:
         raise _Skip(f"no catalog device for system {raw['system']!r}")
@@ -172,9 +216,16 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
     engine = raw["backend"].strip()
     if engine not in silicon.ENGINES:
         raise _Skip(f"engine {engine!r} unknown")
-    values = [float(raw[k]) for k in ("isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")]
+    values = [float(raw[k]) for k in ("isl", "osl", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")]
     if not all(np.isfinite(values)) or min(values) <= 0:
         raise _Skip("a size or a measured time that is not a positive number")
+    m = catalog.model(model)
+    if mode == "agg":
+        pool, prefill = _pool(m, raw, ""), None
+    else:
+        if not (raw.get("prefill_tp_size") or "").strip() or not (raw.get("decode_tp_size") or "").strip():
+            raise _Skip("a disaggregated run without its prefill_/decode_ pool sizes")
+        pool, prefill = _pool(m, raw, "decode_"), _pool(m, raw, "prefill_")
     return _Row(
         id=rid,
         model=model,
@@ -182,13 +233,33 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
         engine=engine,
         version=(raw.get("backend_version") or "").strip() or None,
         dtype=DTYPE_OF_QUANT[quant],
-        tp=_int(raw, "tp_size"),
+        pool=pool,
+        prefill=prefill,
         c=_int(raw, "batch_size"),
         isl=_int(raw, "isl"),
         osl=_int(raw, "osl"),
         ttft_ms=float(raw["silicon_ttft_ms"]),
         tpot_ms=float(raw["silicon_tpot_ms"]),
     )
+
+
+def _pool(m: ModelSpec, raw: dict[str, str], prefix: str) -> _Pool:
+    """One layout from the columns with ``prefix`` (``''``, ``prefill_`` or ``decode_``)."""
+    tp, pp, dp = (_int(raw, f"{prefix}{k}_size") for k in ("tp", "pp", "attention_dp"))
+    if min(tp, pp, dp) < 1:
+        raise _Skip(f"{prefix}tp/pp/attention_dp sizes below 1")
+    ep = 1
+    if m.moe:  # the MoE split; a dense model's moe_* columns say nothing (the files hold 1 or 0 there)
+        ep, moe_tp = _int(raw, f"{prefix}moe_ep_size", 0), _int(raw, f"{prefix}moe_tp_size", 0)
+        ep = ep or (tp * dp // moe_tp if moe_tp else dp)
+        moe_tp = moe_tp or tp * dp // max(ep, 1)
+        if ep < 1 or moe_tp * ep != tp * dp:
+            raise _Skip(f"{prefix}moe_tp x moe_ep ({moe_tp} x {ep}) is not the {tp * dp} GPUs of tp x attention_dp")
+        if m.moe.num_experts % ep:
+            raise _Skip(f"{prefix}moe_ep {ep} does not divide the {m.moe.num_experts} experts")
+    workers = _int(raw, f"{prefix}num_workers") if prefix else 1
+    batch = float(_int(raw, f"{prefix}batch_size", 0)) if prefix else 0.0
+    return _Pool(tp=tp, pp=pp, dp=dp, ep=ep, workers=max(workers, 1), batch=batch if batch > 0 else np.inf)
 
 
 def _stats(errors: Iterable[float]) -> ErrorStats:
@@ -204,21 +275,38 @@ def _stats(errors: Iterable[float]) -> ErrorStats:
 def price_rows(
     rows: list[_Row], tables: bool = True, progress: Callable[[int, int], None] | None = None
 ) -> tuple[list[PricedRun], list[str], list[str]]:
-    """Price every row, one vectorized call per (model, GPU, engine, dtype, TP) group."""
-    groups: dict[tuple[str, str, str, str | None, str, int], list[_Row]] = defaultdict(list)
+    """Price every row, one vectorized call per (model, GPU, engine, dtype, layout) group."""
+    groups: dict[tuple[str, str, str, str | None, str, _Pool, _Pool | None], list[_Row]] = defaultdict(list)
     for r in rows:
-        groups[(r.model, r.device, r.engine, r.version, r.dtype, r.tp)].append(r)
+        groups[(r.model, r.device, r.engine, r.version, r.dtype, r.pool, r.prefill)].append(r)
     priced: list[PricedRun] = []
     sources: set[str] = set()
     notes: set[str] = set()
-    for done, ((model, device, engine, version, dtype, tp), rs) in enumerate(groups.items(), start=1):
+    for done, ((model, device, engine, version, dtype, pool, prefill), rs) in enumerate(groups.items(), start=1):
         m, dev = catalog.model(model), catalog.device(device)
         choice = silicon.kernels(dev, engine, version, tables)
         sources.add(choice.source)
         if choice.note:
             notes.add(choice.note)
-        lay = Layout(tp=tp, weight_dtype=dtype, kv_dtype="bf16", engine=engine)
-        ss = steady_state(m, choice.kernels, lay, [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs])
+        c, isl, osl = (np.array([getattr(r, f) for r in rs], dtype=np.float64) for f in ("c", "isl", "osl"))
+        if prefill is None:
+            ss = steady_state(m, choice.kernels, _layout(pool, dtype, engine), c / pool.dp, isl, osl)
+            ttft, tpot = ss.ttft_s, ss.tpot_s
+        else:
+            ds = disaggregated_steady_state(
+                m,
+                choice.kernels,
+                Pool(prefill.workers, _layout(prefill, dtype, engine), prefill.batch),
+                Pool(pool.workers, _layout(pool, dtype, engine), pool.batch),
+                _kv_link(
+                    dev,
+                    prefill.workers * prefill.tp * prefill.dp * prefill.pp + pool.workers * pool.tp * pool.dp * pool.pp,
+                ),
+                c,
+                isl,
+                osl,
+            )
+            ttft, tpot = ds.ttft_s, ds.tpot_s
         for i, r in enumerate(rs):
             priced.append(
                 PricedRun(
@@ -227,14 +315,15 @@ def price_rows(
                     device=device,
                     engine=engine,
                     dtype=dtype,
-                    tp=tp,
+                    tp=r.tp,
+                    layout=r.layout,
                     concurrency=r.c,
                     isl=r.isl,
                     osl=r.osl,
                     ttft_measured_s=r.ttft_ms * 1e-3,
-                    ttft_predicted_s=float(ss.ttft_s[i]),
+                    ttft_predicted_s=float(ttft[i]),
                     tpot_measured_s=r.tpot_ms * 1e-3,
-                    tpot_predicted_s=float(ss.tpot_s[i]),
+                    tpot_predicted_s=float(tpot[i]),
                 )
             )
         fallbacks: set[str] = getattr(choice.kernels, "fallbacks", set())
@@ -242,6 +331,17 @@ def price_rows(
         if progress:
             progress(done, len(groups))
     return priced, sorted(sources), sorted(notes)
+
+
+def _layout(pool: _Pool, dtype: str, engine: str) -> Layout:
+    return Layout(tp=pool.tp, ep=pool.ep, attention_dp=pool.dp, weight_dtype=dtype, kv_dtype="bf16", engine=engine)
+
+
+def _kv_link(dev: DeviceSpec, gpus: int) -> KVLink:
+    """NVLink when both pools fit in one NVLink domain of the GPU, else its scale-out NIC; at the link's efficiency."""
+    name = dev.typical_intra_node_link if gpus <= dev.typical_devices_per_node else dev.typical_inter_node_link
+    link = catalog.link(name)
+    return KVLink(link.bandwidth_Bps * link.efficiency, link.latency_s, link.name)
 
 
 def summarize(priced: list[PricedRun]) -> list[GroupStats]:
@@ -254,6 +354,8 @@ def summarize(priced: list[PricedRun]) -> list[GroupStats]:
         keyed["all"].append(p)
         for k in ("model", "engine", "dtype", "tp", "device"):
             keyed[f"{k}={getattr(p, k)}"].append(p)
+        if p.layout:  # beyond plain TP: attention DP, EP, PP, disaggregated pools
+            keyed[f"layout={p.layout}"].append(p)
     return [
         GroupStats(group=g, ttft=_stats(err(p, "ttft") for p in ps), tpot=_stats(err(p, "tpot") for p in ps))
         for g, ps in sorted(keyed.items(), key=lambda kv: (kv[0] != "all", kv[0]))

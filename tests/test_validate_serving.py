@@ -21,7 +21,7 @@ def report():
 def test_every_row_is_priced_or_skipped_with_a_reason(report):
     assert len(report.runs) == 29 and len(report.skipped) == 2
     reasons = {s.id: s.reason for s in report.skipped}
-    assert "disaggregated" in reasons["disagg-example"]
+    assert "disaggregated run without its prefill_/decode_ pool sizes" in reasons["disagg-example"]
     assert "no catalog model" in reasons["unknown-model-example"]
     assert all(r.ttft_predicted_s > 0 and r.tpot_predicted_s > 0 for r in report.runs)
 
@@ -67,10 +67,122 @@ def _cli(*args):
 def test_the_cli_prints_the_table_and_the_same_data_as_json(tmp_path):
     p = _cli("validate", "--serving", str(SAMPLE), "--quiet")
     assert p.returncode == 0, p.stderr
-    assert "| all | 29 |" in p.stdout and "skipped 1: mode 'disagg'" in p.stdout
+    assert "| all | 29 |" in p.stdout and "skipped 1: a disaggregated run without" in p.stdout
     j = _cli("validate", "--serving", str(SAMPLE), "--json", "--quiet", "--no-tables")
     data = json.loads(j.stdout)
     assert data["kernels"] == ["roofline (catalog h100-sxm)"] and len(data["runs"]) == 29
     missing = _cli("validate", "--serving", str(tmp_path / "nope.csv"), "--quiet")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+HEADER = SAMPLE.read_text().splitlines()[0].split(",")
+
+
+def _row(rid, model, mode="agg", **sizes):
+    """A run in the measured-run format (made-up times: this checks the layout is priced, not how well)."""
+    row = dict.fromkeys(HEADER, "")
+    row.update(id=rid, backend="trtllm", backend_version="1.0.0", model_path=model, system="h100_sxm", mode=mode)
+    row.update(isl="1024", osl="128", batch_size="64", silicon_ttft_ms="500", silicon_tpot_ms="20")
+    row.update({k: str(v) for k, v in sizes.items()})
+    return ",".join(row[h] for h in HEADER)
+
+
+LAYOUTS = {  # id: (row, the layout label the report gives it)
+    "dep": (
+        _row(
+            "dep",
+            "deepseek-ai/DeepSeek-V3",
+            tp_size=1,
+            attention_dp_size=8,
+            moe_tp_size=1,
+            moe_ep_size=8,
+            gemm_quant_mode="fp8",
+        ),
+        "tp1 dp8 ep8",
+    ),
+    "tep": (
+        _row(
+            "tep",
+            "deepseek-ai/DeepSeek-V3",
+            tp_size=8,
+            attention_dp_size=1,
+            moe_tp_size=1,
+            moe_ep_size=8,
+            gemm_quant_mode="fp8",
+        ),
+        "tp8 ep8",
+    ),
+    "moe-tp": (_row("moe-tp", "Qwen/Qwen3-235B-A22B", tp_size=8, moe_tp_size=8, moe_ep_size=1), ""),
+    "dense-dp": (_row("dense-dp", "Qwen/Qwen3-32B", tp_size=2, attention_dp_size=4), "tp2 dp4"),
+    "pp": (_row("pp", "meta-llama/Llama-3.1-70B", tp_size=4, pp_size=2), "tp4 pp2"),
+    "disagg-dense": (
+        _row(
+            "disagg-dense",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "disagg",
+            prefill_num_workers=2,
+            prefill_tp_size=1,
+            prefill_batch_size=1,
+            decode_num_workers=1,
+            decode_tp_size=2,
+            decode_batch_size=128,
+        ),
+        "prefill 2 x tp1 + decode 1 x tp2",
+    ),
+    "disagg-moe": (
+        _row(
+            "disagg-moe",
+            "deepseek-ai/DeepSeek-V3",
+            "disagg",
+            gemm_quant_mode="fp8",
+            prefill_num_workers=2,
+            prefill_tp_size=8,
+            prefill_moe_tp_size=1,
+            prefill_moe_ep_size=8,
+            decode_num_workers=1,
+            decode_tp_size=1,
+            decode_attention_dp_size=16,
+            decode_moe_tp_size=1,
+            decode_moe_ep_size=16,
+            decode_batch_size=64,
+        ),
+        "prefill 2 x tp8 ep8 + decode 1 x tp1 dp16 ep16",
+    ),
+}
+BAD = {  # id: (row, the reason it is skipped)
+    "ep-not-dividing": (
+        _row(
+            "ep-not-dividing",
+            "mistralai/Mixtral-8x7B-v0.1",
+            tp_size=1,
+            attention_dp_size=3,
+            moe_tp_size=1,
+            moe_ep_size=3,
+        ),
+        "moe_ep 3 does not divide the 8 experts",
+    ),
+    "ep-not-gpus": (
+        _row("ep-not-gpus", "deepseek-ai/DeepSeek-V3", tp_size=8, moe_tp_size=2, moe_ep_size=8),
+        "moe_tp x moe_ep (2 x 8) is not the 8 GPUs",
+    ),
+}
+
+
+def test_attention_dp_expert_parallel_pipeline_and_disaggregated_runs_are_priced(tmp_path):
+    """Every layout the format describes is priced: DP attention + EP MoE, attention TP + EP MoE, MoE TP, dense
+    attention DP, PP, and disaggregated pools of dense and MoE models; a MoE split that cannot exist is skipped
+    with its reason."""
+    f = tmp_path / "runs.csv"
+    f.write_text("\n".join([",".join(HEADER), *(r for r, _ in LAYOUTS.values()), *(r for r, _ in BAD.values())]))
+    report = vs.validate(f, tables=False)
+    runs = {r.id: r for r in report.runs}
+    assert set(runs) == set(LAYOUTS)
+    for rid, (_, label) in LAYOUTS.items():
+        r = runs[rid]
+        assert r.layout == label
+        assert 0 < r.ttft_predicted_s < 1e3 and 0 < r.tpot_predicted_s < 10, rid
+    assert {s.id: s.reason for s in report.skipped}.keys() == BAD.keys()
+    for s in report.skipped:
+        assert BAD[s.id][1] in s.reason
+    assert any(g.group == "layout=tp1 dp8 ep8" for g in report.groups)
