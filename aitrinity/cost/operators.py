@@ -170,8 +170,19 @@ def projection_time(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array
     """The attention's input and output projections of one layer on one TP rank (``rows`` tokens)."""
     h, wd = m.hidden_size, lay.weight_dtype
     a, g, d = attention_shape(m, lay.tp)
-    dv = m.v_head_dim if m.mla else d
-    return k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, wd) + k.gemm(rows, h, a * dv, wd)
+    if not m.mla:
+        return k.gemm(rows, (a + 2 * g) * d, h, wd) + k.gemm(rows, h, a * d, wd)
+    # MLA (DeepSeek-V2 §2.1.2): the query's and the KV's down-projections (replicated on every rank), their
+    # up-projections (split by head), and the output projection
+    c = m.mla
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    q = k.gemm(rows, a * qk, h, wd)
+    if c.q_lora_rank:
+        q = k.gemm(rows, c.q_lora_rank, h, wd) + k.gemm(rows, a * qk, c.q_lora_rank, wd)
+    kv = k.gemm(rows, c.kv_lora_rank + c.qk_rope_head_dim, h, wd)
+    up = k.gemm(rows, a * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, wd)
+    out: Array = q + kv + up + k.gemm(rows, h, a * c.v_head_dim, wd)
+    return out
 
 
 def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bool) -> Array:

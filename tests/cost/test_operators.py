@@ -143,6 +143,20 @@ def test_attention_tp_with_expert_parallel_moe_needs_no_all_to_all(k):
     assert float(dep.attention) < 0.5 * float(tep.attention)
 
 
+def test_mla_projections_are_the_low_rank_pairs_of_deepseek_v2(k):
+    """DeepSeek-V3's attention projections hold 187M parameters per layer (q 7168x1536 + 1536x128x192, kv
+    7168x576 + 512x128x256, o 128x128x7168): one token on one GPU reads those bytes in five GEMMs, not the
+    latent dimension times every head (646M, what the model priced until 2026-12-03)."""
+    from aitrinity.cost.operators import projection_time
+
+    m = catalog.model("deepseek-v3")
+    params = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert params == pytest.approx(187e6, rel=0.01)
+    t = float(projection_time(m, k, Layout(tp=1, weight_dtype="fp8"), np.array(1.0)))
+    per_byte = 1.0 / (k.memory_bandwidth_Bps * k.params.memory_efficiency)  # fp8: one byte per parameter
+    assert params * per_byte < t < 646e6 * per_byte
+
+
 def test_experts_split_over_the_whole_group_gather_the_replicas_tokens(k):
     """dp 2 replicas of tp 4, every expert over all 8 GPUs (ep 1): each MoE layer all-gathers the two replicas'
     tokens and reduce-scatters the outputs -- one all-reduce's traffic of both replicas' activations."""
