@@ -13,7 +13,7 @@ from aitrinity.errors import SpecError
 
 if TYPE_CHECKING:
     from aitrinity.cost.kernels import Kernels
-    from aitrinity.sim.serving import ClosedLoop, OperatorStep, ServingSimResult
+    from aitrinity.sim.serving import ClosedLoop, OperatorStep, ServingConfig, ServingSimResult
     from aitrinity.spec.hardware import DeviceSpec
     from aitrinity.spec.model import ModelSpec
 
@@ -379,8 +379,7 @@ def _serving(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise SpecError("--model/--device", f"{args.model}/{args.device}", str(e)) from None
-    aggregated = not args.prefill_instances
-    steady = _steady(args, step) if closed is not None and step is not None and aggregated else None
+    steady = _steady(args, step, cfg) if closed is not None and step is not None else None
     if args.json:
         out = r.model_dump(mode="json")
         if step is not None:
@@ -462,11 +461,25 @@ def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> Ope
     return OperatorStep(m, _kernels(args, d), lay, prof.step_overhead_s)
 
 
-def _steady(args: argparse.Namespace, step: OperatorStep) -> dict[str, float]:
-    """The analytic steady state of the same benchmark (aitrinity.cost.concurrency) on the simulation's own
-    model, kernels and layout, for comparison."""
+def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) -> dict[str, float]:
+    """The analytic steady state of the same benchmark on the simulation's own model, kernels and layout, for
+    comparison: :mod:`aitrinity.cost.concurrency` for aggregated instances, :mod:`aitrinity.cost.disaggregated`
+    for prefill and decode pools (the instance's KV link shared by its ``tp`` GPUs, as the simulator sends it)."""
     from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 
+    p = args.prefill_instances
+    if p:
+        link = KVLink(cfg.kv_link_Bps / step.layout.tp, cfg.kv_link_latency_s, args.kv_link)
+        pools = Pool(p, step.layout), Pool(args.instances - p, step.layout)
+        ds = disaggregated_steady_state(
+            step.model, step.kernels, *pools, link, args.concurrency, args.isl, args.osl, token_budget=cfg.token_budget
+        )
+        return {
+            "ttft_s": float(ds.ttft_s),
+            "tpot_s": float(ds.tpot_s),
+            "output_tokens_per_s": float(ds.output_tokens_per_s),
+        }
     per_instance = args.concurrency / args.instances  # the router spreads clients evenly
     ss = steady_state(step.model, step.kernels, step.layout, per_instance, args.isl, args.osl)
     rate = float(ss.output_tokens_per_s) * args.instances
@@ -504,8 +517,6 @@ def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[st
             f"  analytic steady state: TTFT {t(steady['ttft_s'])}, TPOT {t(steady['tpot_s'])}, "
             f"{steady['output_tokens_per_s']:,.0f} output tokens/s"
         )
-    else:
-        print("  analytic steady state: none for disaggregated pools (the estimate prices one aggregated pool)")
     return 0
 
 

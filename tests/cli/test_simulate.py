@@ -39,7 +39,7 @@ def test_simulate_serving_schedules_as_the_engine_does(capsys):
     assert "generic scheduling: 8,192 tokens per iteration, mixed iterations" in capsys.readouterr().out
 
 
-def test_a_disaggregated_closed_loop_names_its_pools_and_has_no_aggregated_analytic_twin(capsys):
+def test_a_disaggregated_closed_loop_names_its_pools_and_prints_its_disaggregated_twin(capsys):
     import json
 
     from aitrinity.cli.main import main
@@ -49,7 +49,9 @@ def test_a_disaggregated_closed_loop_names_its_pools_and_has_no_aggregated_analy
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "8 clients on 1 prefill + 2 decode instances (KV over nvlink-4)" in out
-    assert "analytic steady state: none for disaggregated pools" in out
+    assert "analytic steady state: TTFT" in out
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["finished"] == 80 and "analytic_steady_state" not in data
+    twin = data["analytic_steady_state"]  # aitrinity.cost.disaggregated on the same pools, kernels and link
+    assert data["finished"] == 80 and twin["ttft_s"] > 0
+    assert abs(data["tpot_s"]["mean"] / twin["tpot_s"] - 1) < 0.25
