@@ -204,6 +204,7 @@ def plan(
     tpot_slo: str | None = None,
     *,
     pareto: bool = True,
+    disaggregated: bool = False,
 ) -> PlanReport | EdgePlanReport:
     """Search plans for a scenario and explain the chain from the baseline to the best one.
 
@@ -212,6 +213,8 @@ def plan(
     ``start``: ``naive`` or ``scenario`` (the plan as written).
     ``ttft_slo`` / ``tpot_slo`` (serving): service-level objectives such as ``2 s`` or ``50 ms``.
     ``pareto=False`` skips the Pareto frontier (most of a large training search's time).
+    ``disaggregated`` (serving): also search prefill / decode splits of the system
+    (:mod:`aitrinity.plan.search_disaggregated`); on whenever the scenario's plan has a ``disaggregation``.
     """
     loaded, base = load(scenario)
     if isinstance(loaded, EdgeScenario):
@@ -230,13 +233,16 @@ def plan(
     if r.scenario.workload.training is not None:
         if ttft_slo or tpot_slo:
             raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
+        if disaggregated:
+            raise SpecError("--disaggregated", True, "a serving workload (prefill and decode pools)")
         return _plan_training(r, objective, top, own, pareto)
     trace_base = (
         Path(scenario).resolve().parent
         if isinstance(scenario, str | Path) and catalog.loader.is_file(scenario)
         else None
     )
-    return _plan_serving(r, objective, top, own, pareto, ttft_slo, tpot_slo, trace_base)
+    splits = disaggregated or r.scenario.plan.disaggregation is not None
+    return _plan_serving(r, objective, top, own, pareto, ttft_slo, tpot_slo, trace_base, splits)
 
 
 def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | None, pareto: bool) -> PlanReport:
@@ -272,9 +278,11 @@ def _plan_serving(
     ttft_slo: str | None,
     tpot_slo: str | None,
     trace_base: Path | None,
+    splits: bool = False,
 ) -> PlanReport:
     """The serving search (a trace-based prefix cache's capacity searched too), the chain to its best plan, or
-    the devices the scenario's own plan needs. ``trace_base``: the folder a relative trace path is in."""
+    the devices the scenario's own plan needs. ``trace_base``: the folder a relative trace path is in. ``splits``:
+    the disaggregated splits too; the aggregated search and its chain price every replica doing both phases."""
     from aitrinity import units
     from aitrinity.errors import SpecError
     from aitrinity.plan.chain import serving_chain
@@ -298,12 +306,30 @@ def _plan_serving(
             trace = trace_base / trace
         hit_rate = partial(replayed_hit_rate, trace)
     kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
-    plan = r.scenario.plan
+    plan = r.scenario.plan.model_copy(update={"disaggregation": None})
+    own = own.model_copy(update={"disaggregation": None}) if own is not None else None
     sres = search_serving(r.model, w, plan, r.system, objective, top, ttft, tpot, hit_rate, pareto, kernels)
     schain = serving_chain(r.model, w, plan, r.system, sres.best, own, kernels) if sres.best else None
+    split_result = None
+    if splits:
+        from aitrinity.plan.search_disaggregated import search_splits
+
+        split_result = search_splits(
+            r.model,
+            w,
+            r.scenario.plan,
+            r.system,
+            objective,
+            top,
+            ttft,
+            tpot,
+            kernels,
+        )
     need = None
     if sres.best is None:
         from aitrinity.cost import capacity
 
         need = capacity.min_devices_serving(r.model, w, plan, r.system)
-    return PlanReport(scenario=r.scenario.name, kind="serving", search=sres, chain=schain, min_devices=need)
+    return PlanReport(
+        scenario=r.scenario.name, kind="serving", search=sres, chain=schain, min_devices=need, splits=split_result
+    )

@@ -132,6 +132,7 @@ def _add_plan(sub: Any) -> None:
   trinity plan llama-70b-training-h100                       best plans by step time
   trinity plan llama-70b-training-h100 --objective cost --top 3
   trinity plan llama-70b-serving-long-context --slo-ttft 30s --slo-tpot 50ms
+  trinity plan examples/deepseek-r1-gb200-nvl72.yaml --disaggregated   prefill / decode splits too
   trinity plan llama-70b-training-h100 --sweep link=25Gbit/s,100Gbit/s,400Gbit/s
   trinity plan camera-analytics-edge --objective energy
   trinity plan --scenarios examples/ --ray                    the best plan of every scenario file, on Ray
@@ -153,6 +154,12 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--slo-ttft", metavar="TIME", help="serving: time-to-first-token objective, e.g. 2s")
     pl.add_argument("--slo-tpot", metavar="TIME", help="serving: time-per-output-token objective, e.g. 50ms")
     pl.add_argument("--top", type=int, default=5, help="how many of the best plans to list (default 5)")
+    pl.add_argument(
+        "--disaggregated",
+        action="store_true",
+        help="serving: also search splits into a prefill and a decode pool (on when the scenario's plan has a "
+        "disaggregation)",
+    )
     pl.add_argument(
         "--from",
         dest="start",
@@ -428,7 +435,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             print(render.sweep(key, points))
         return 0
     start = time.perf_counter()
-    rep = api.plan(args.scenario, args.objective, top, args.overrides, args.start, args.slo_ttft, args.slo_tpot)
+    rep = api.plan(
+        args.scenario,
+        args.objective,
+        top,
+        args.overrides,
+        args.start,
+        args.slo_ttft,
+        args.slo_tpot,
+        disaggregated=getattr(args, "disaggregated", False),
+    )
     took = time.perf_counter() - start
     if args.timings and not isinstance(rep, EdgePlanReport):  # on stderr: the result itself is deterministic
         n = rep.search.evaluated

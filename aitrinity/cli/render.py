@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aitrinity.cost.diagnosis import Diagnosis
+from aitrinity.cost.estimate import PoolMetrics
+
+if TYPE_CHECKING:
+    from aitrinity.plan.search_disaggregated import SplitSearchResult
 from aitrinity.units import (
     format_bandwidth,
     format_bytes,
@@ -77,8 +81,21 @@ def diagnosis(d: Diagnosis) -> str:
     if d.exchanges:
         lines.append("exchanges:")
         lines += [f"  [{x.pathway}] {x.sentence}" for x in d.exchanges]
+    if est.serving and est.serving.pools:
+        lines.append(pools_line(est.serving.pools))
     lines.append("metrics: " + metrics(d))
     return "\n".join(lines)
+
+
+def pools_line(p: PoolMetrics) -> str:
+    """A disaggregated plan's two pools: sizes, the KV's trip, each pool's capacity and which binds."""
+    return (
+        f"pools: prefill {p.prefill_workers} x {p.prefill_layout} ({p.prefill_devices} devices, "
+        f"{p.prefill_utilization:.0%} of its {p.prefill_capacity_rps:,.1f} req/s) -> KV over {p.kv_link} "
+        f"({format_time(p.kv_transfer_s)} per request) -> decode {p.decode_replicas} x {p.decode_layout} "
+        f"({p.decode_devices} devices, {p.clients:,} clients, up to {p.decode_capacity_rps:,.1f} req/s); "
+        f"{p.requests_per_s:,.1f} req/s, the {p.binding_pool} pool binds"
+    )
 
 
 def metrics(d: Diagnosis) -> str:
@@ -247,7 +264,40 @@ def plan(rep: Any) -> str:
         lines.append(f"  ... {len(s.pareto) - 12} more in --json")
     if rep.chain is not None:
         lines.append(chain(rep.chain))
+    if getattr(rep, "splits", None) is not None:
+        lines += splits(rep.splits, s.best)
     return "\n".join(lines)
+
+
+def splits(r: SplitSearchResult, aggregated: Any) -> list[str]:
+    """The disaggregated splits searched beside the aggregated plans, and the best of each side by side."""
+    lines = [f"disaggregated splits: {r.evaluated:,} evaluated, {r.feasible:,} feasible; objective: {r.objective}"]
+    if r.infeasible:
+        lines.append("infeasible: " + ", ".join(f"{c.count:,} {c.reason}" for c in r.infeasible))
+    if r.best is None:
+        return [*lines, "no feasible split"]
+    rows = [["split", "TTFT", "TPOT", "tokens/s", "prefill busy", "binds"]]
+    rows += [
+        [
+            c.label,
+            format_time(c.ttft_s),
+            format_time(c.tpot_s),
+            f"{c.tokens_per_s:,.0f}",
+            f"{c.prefill_utilization:.0%}",
+            f"{c.binding_pool} pool",
+        ]
+        for c in r.top
+    ]
+    lines += _table(rows)
+    if aggregated is not None:
+        b = r.best
+        lines.append(
+            f"best split {b.tokens_per_s:,.0f} tokens/s (TTFT {format_time(b.ttft_s)}, TPOT {format_time(b.tpot_s)}) "
+            f"against the best aggregated plan's {aggregated.throughput_tokens_per_s:,.0f} "
+            f"(TTFT {format_time(aggregated.ttft_s)}, TPOT {format_time(aggregated.tpot_s)}): "
+            f"{b.tokens_per_s / aggregated.throughput_tokens_per_s:.2f}x"
+        )
+    return lines
 
 
 def sweep(key: str, points: list[tuple[str, Any]]) -> str:

@@ -464,13 +464,16 @@ def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> Ope
 def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) -> dict[str, float]:
     """The analytic steady state of the same benchmark on the simulation's own model, kernels and layout, for
     comparison: :mod:`aitrinity.cost.concurrency` for aggregated instances, :mod:`aitrinity.cost.disaggregated`
-    for prefill and decode pools (the instance's KV link shared by its ``tp`` GPUs, as the simulator sends it)."""
+    for prefill and decode pools."""
     from aitrinity.cost.concurrency import steady_state
     from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
+    from aitrinity.cost.memory import kv_shard_factor
 
     p = args.prefill_instances
     if p:
-        link = KVLink(cfg.kv_link_Bps / step.layout.tp, cfg.kv_link_latency_s, args.kv_link)
+        # the simulator moves an instance's whole KV over one link: per rank, its share of that bandwidth
+        share = kv_shard_factor(step.model, step.layout.tp)
+        link = KVLink(cfg.kv_link_Bps * share, cfg.kv_link_latency_s, args.kv_link)
         pools = Pool(p, step.layout), Pool(args.instances - p, step.layout)
         ds = disaggregated_steady_state(
             step.model, step.kernels, *pools, link, args.concurrency, args.isl, args.osl, token_budget=cfg.token_budget

@@ -21,7 +21,8 @@ from the one to the other. The protocol is the closed loop of :mod:`aitrinity.co
 - **TTFT** = ``t_request`` + that prefill latency + the first round's wave (all ``c`` clients start at once:
   ``w_batch · (⌈c/(P·dp·b)⌉ - 1)/2 · t(b)``, the wave term of the aggregated model). The first token leaves
   the prefill worker; the KV then crosses the link (``bytes / bandwidth + latency``, each of the prefill
-  replica's ``tp`` GPUs sending its shard), which delays the second token: it is in the request's latency, not
+  replica's ``tp`` GPUs sending the KV it holds: its heads' share, or all of it for MLA's latent or fewer KV heads
+  than GPUs), which delays the second token: it is in the request's latency, not
   in TTFT, as the simulator counts it (:mod:`aitrinity.sim.serving`).
 
 **Rate matching.** Each pool's capacity in requests per second -- ``P · dp · b / t(b)`` for prefill, the decode pool's
@@ -39,37 +40,36 @@ from numpy.typing import ArrayLike
 
 from aitrinity.cost.concurrency import EngineProfile, profile
 from aitrinity.cost.kernels import Array, Kernels
-from aitrinity.cost.memory import kv_bytes_per_token
+from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor
 from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
 from aitrinity.spec.model import ModelSpec
 
 _OUTER = 12
-"""Fixed-point rounds between the decode occupancy and the prefill loop (TPOT moves little with the decode batch
-at the occupancy the loop settles at)."""
-_BISECT = 60
+"""Fixed-point rounds between the decode occupancy and the prefill loop at most (they stop when the occupancy
+settles to 1e-6; TPOT moves little with the decode batch there)."""
+_BISECT = 40
+"""Halvings of the prefill throughput's bracket: 2^-40 of the replica's capacity."""
 
 
 @dataclass(frozen=True)
 class Pool:
     """One side of a disaggregated deployment: ``workers`` engine instances of one layout."""
 
-    workers: int
+    workers: ArrayLike
+    """Engine instances (an array prices many pool sizes at once: it broadcasts with the clients)."""
     layout: Layout
     batch: float = np.inf
     """Sequences one replica runs at once at most (the engine's max batch; for prefill, prompts per step)."""
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ValueError(f"a pool needs at least one worker, not {self.workers}")
+        if np.min(self.workers) < 1:
+            raise ValueError(f"a pool needs at least one worker, not {np.min(self.workers)}")
 
     @property
-    def replicas(self) -> int:
+    def replicas(self) -> Array:
         """Attention replicas that each take their own requests (workers x attention DP)."""
-        return self.workers * self.layout.dp
-
-    @property
-    def gpus(self) -> int:
-        return self.workers * self.layout.tp * self.layout.dp
+        out: Array = np.asarray(self.workers, dtype=np.float64) * self.layout.dp
+        return out
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,8 @@ def disaggregated_steady_state(
     c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
     s_in = np.maximum(np.asarray(isl, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
-    c, s_in, s_out = np.broadcast_arrays(c, s_in, s_out)
+    c, s_in, s_out, rp, rd = np.broadcast_arrays(c, s_in, s_out, prefill.replicas, decode.replicas)
     zero, one = np.zeros(c.shape), np.ones(c.shape)
-    rp, rd = float(prefill.replicas), float(decode.replicas)
 
     # prefill iterations of 1 and of b prompts: t(β) = f + a·β between them
     b = np.maximum(np.minimum(np.floor(token_budget / s_in), prefill.batch), 1.0)
@@ -150,8 +149,9 @@ def disaggregated_steady_state(
     f = t1 - a
     capacity = b / tb  # prompts per second of one prefill replica
 
-    kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * s_in
-    transfer = link.latency_s + kv / (link.bandwidth_Bps * prefill.layout.tp)
+    # each prefill rank sends the KV it holds (its heads' share; MLA's latent and too few KV heads are replicated)
+    kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * kv_shard_factor(m, prefill.layout.tp) * s_in
+    transfer = link.latency_s + kv / link.bandwidth_Bps
     ctx = s_in + s_out / 2.0
     steps = s_out - 1.0
     clients = c / rp
@@ -160,7 +160,7 @@ def disaggregated_steady_state(
         return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
 
     def prefill_latency(x: Array) -> Array:
-        beta = np.clip(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0, b)
+        beta = np.minimum(np.maximum(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0), b)
         it = f + a * beta
         busy = np.minimum(x * it / beta, 1.0)
         out: Array = busy * it / 2.0 + it
@@ -173,8 +173,12 @@ def disaggregated_steady_state(
         # the rest of a request's cycle beside the prefill replica: overhead, the KV's trip, decode
         z = prof.request_overhead_s + transfer + steps * dec.total
         x = _throughput(clients, z, capacity, prefill_latency)
-        n_dec = np.minimum(x * rp * steps * dec.total / rd, decode.batch)
+        n_new = np.minimum(x * rp * steps * dec.total / rd, decode.batch)
+        settled = np.allclose(n_new, n_dec, rtol=1e-6, atol=0.0)
+        n_dec = n_new
         dec = decode_at(n_dec)
+        if settled:
+            break
     tpot = dec.total
     z = prof.request_overhead_s + transfer + steps * tpot
     wave = prof.batch_wait * (np.ceil(clients / b) - 1.0) / 2.0 * tb

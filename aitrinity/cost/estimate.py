@@ -121,6 +121,29 @@ class TrainingMetrics(Result):
     App. B): the model FLOPs MFU is computed from."""
 
 
+class PoolMetrics(Result):
+    """How a disaggregated deployment's prefill and decode pools match (:mod:`aitrinity.cost.disaggregated`)."""
+
+    prefill_devices: int
+    prefill_workers: int
+    prefill_layout: str
+    decode_devices: int
+    decode_replicas: int
+    decode_layout: str
+    clients: int
+    """All the clients (``workload.serving.batch`` per decode replica)."""
+    kv_link: str
+    kv_transfer_s: float
+    """One prompt's KV from a prefill to a decode worker (after the first token, before the second)."""
+    prefill_utilization: float
+    """The prefill pool's throughput over its capacity."""
+    prefill_capacity_rps: float
+    decode_capacity_rps: float
+    requests_per_s: float
+    binding_pool: str
+    """``prefill`` or ``decode``: the pool nearer its capacity."""
+
+
 class ServingMetrics(Result):
     ttft_s: float
     tpot_s: float
@@ -133,6 +156,8 @@ class ServingMetrics(Result):
     usd_per_million_output_tokens: float | None
     mode: str = "static"
     """``static`` (one batch prefilled, then decoded) or ``concurrency`` (closed-loop steady state)."""
+    pools: PoolMetrics | None = None
+    """A disaggregated plan's prefill and decode pools (``plan.disaggregation``); None when every replica does both."""
 
 
 class Estimate(Result):
@@ -408,6 +433,10 @@ def estimate_concurrency(
 
     qplan, fx = effects(plan)
     assert ledger.serving is not None
+    if plan.disaggregation is not None:
+        from aitrinity.cost.disaggregated_estimate import estimate_disaggregated
+
+        return estimate_disaggregated(ledger, m, plan, job, system, kernels, notes)
     c = max(ledger.serving.batch, 1)
     one = prefill_phase(m, qplan, system, 1, job.prompt_tokens, fx)
     ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})

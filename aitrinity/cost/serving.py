@@ -486,6 +486,8 @@ def decode_phase(
 
 def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> Ledger:
     dp = check_plan(plan, m, system, training=False)
+    if plan.disaggregation is not None and job.mode != "concurrency":
+        raise SpecError("plan.disaggregation", "set", "workload.serving.mode: concurrency (pools serve clients)")
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
         raise SpecError(

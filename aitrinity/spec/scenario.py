@@ -234,6 +234,21 @@ class WorkloadInput(Spec):
 OPTIMIZER_STATE_BYTES = {"adam": 8.0, "adamw": 8.0, "sgd": 4.0, "sgd-nomomentum": 0.0}
 
 
+class Disaggregation(Spec):
+    """Serving with separate prefill and decode pools (DistServe, Zhong et al. OSDI'24; Mooncake, Qin et al.
+    FAST'25; NVIDIA Dynamo): ``prefill_devices`` of the system's devices only prefill, in workers of
+    ``prefill_tp`` devices (``prefill_ep`` of them sharing a MoE group, as ``plan.ep`` does); the other devices
+    decode with the plan's own layout. Each prompt's KV cache crosses ``kv_link``, one of the system's links:
+    ``intra_node`` or ``inter_node``; by default the intra-node link when every device is in one node (NVLink
+    domain), else the inter-node one. ``workload.serving.batch`` is the clients per decode replica, as without
+    disaggregation."""
+
+    prefill_devices: int = Field(gt=0, le=MAX_COUNT)
+    prefill_tp: int = Field(default=1, gt=0, le=MAX_COUNT)
+    prefill_ep: int = Field(default=1, gt=0, le=MAX_COUNT)
+    kv_link: Literal["intra_node", "inter_node"] | None = None
+
+
 class Plan(Spec):
     """How the work is done: parallelism, memory techniques, dtypes.
 
@@ -257,9 +272,11 @@ class Plan(Spec):
     optimizer: Literal["adam", "adamw", "sgd", "sgd-nomomentum"] = "adam"
     master_weights: bool = True
     prefill_chunk_tokens: int = Field(default=8192, gt=0, le=MAX_COUNT)
+    """Serving: tokens per prefill forward pass (chunked prefill, Agrawal et al. 2024 "Sarathi-Serve")."""
     exchanges: list[ExchangeSpec] = []
     """Techniques applied on top of the parallel layout (see ``aitrinity.spec.exchanges``)."""
-    """Serving: tokens per prefill forward pass (chunked prefill, Agrawal et al. 2024 "Sarathi-Serve")."""
+    disaggregation: Disaggregation | None = None
+    """Serving: prefill and decode on separate device pools; None: every replica does both."""
 
     @property
     def weights_dtype(self) -> str:
@@ -289,7 +306,7 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
 
     Raises SpecError naming the field (``plan.tp`` ...) for impossible configurations.
     """
-    n = system.num_devices
+    n = system.num_devices - (_check_disaggregation(plan, model, system, training) if plan.disaggregation else 0)
     heads, kv = model.num_attention_heads, model.kv_heads
     if heads % plan.tp:
         raise SpecError("plan.tp", plan.tp, f"a divisor of num_attention_heads ({heads}) of {model.name}")
@@ -304,7 +321,8 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
             f"at most num_layers / pp ({model.num_layers} / {plan.pp}) for {model.name}",
         )
     if n % (plan.tp * plan.pp):
-        raise SpecError("system.num_devices", n, f"a multiple of tp x pp = {plan.tp * plan.pp}")
+        what = "the decode pool's devices" if plan.disaggregation else "system.num_devices"
+        raise SpecError(what, n, f"a multiple of tp x pp = {plan.tp * plan.pp}")
     dp = n // (plan.tp * plan.pp)
     if plan.dp is not None and plan.dp != dp:
         raise SpecError("plan.dp", plan.dp, f"num_devices / (tp x pp) = {dp}")
@@ -321,6 +339,36 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     if not training and plan.virtual_stages > 1:
         raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving (no interleaved schedule)")
     return dp
+
+
+def _check_disaggregation(plan: Plan, model: ModelSpec, system: System, training: bool) -> int:
+    """Validate ``plan.disaggregation``; return the prefill pool's device count."""
+    d = plan.disaggregation
+    assert d is not None
+    field = "plan.disaggregation"
+    if training:
+        raise SpecError(field, "set", "absent for training (prefill and decode pools are a serving layout)")
+    if d.prefill_devices >= system.num_devices:
+        raise SpecError(f"{field}.prefill_devices", d.prefill_devices, f"fewer than num_devices ({system.num_devices})")
+    if d.kv_link == "inter_node" and system.inter_node_link is None:
+        raise SpecError(f"{field}.kv_link", d.kv_link, "intra_node (the system has no inter_node_link)")
+    if d.prefill_devices % d.prefill_tp:
+        raise SpecError(f"{field}.prefill_tp", d.prefill_tp, f"a divisor of prefill_devices ({d.prefill_devices})")
+    if model.num_attention_heads % d.prefill_tp:
+        raise SpecError(
+            f"{field}.prefill_tp", d.prefill_tp, f"a divisor of num_attention_heads ({model.num_attention_heads})"
+        )
+    if d.prefill_ep > 1:
+        if model.moe is None or model.moe.num_experts % d.prefill_ep:
+            experts = f"num_experts ({model.moe.num_experts})" if model.moe else f"1: {model.name} has no experts"
+            raise SpecError(f"{field}.prefill_ep", d.prefill_ep, f"a divisor of {experts}")
+        if (d.prefill_devices // d.prefill_tp) % d.prefill_ep:
+            raise SpecError(
+                f"{field}.prefill_ep",
+                d.prefill_ep,
+                f"a divisor of the prefill workers ({d.prefill_devices // d.prefill_tp})",
+            )
+    return d.prefill_devices
 
 
 _TIER_FIELD = {"host": "host_memory", "ssd": "storage", "remote": "remote_pool"}

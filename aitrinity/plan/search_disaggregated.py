@@ -1,0 +1,228 @@
+"""Search disaggregated serving splits: how many devices prefill, in which layout, and how the rest decode.
+
+DistServe (Zhong et al., OSDI'24, §4) chooses each phase's parallelism and the number of instances of each so that
+the two pools' rates match under the latency objectives; Mooncake and NVIDIA Dynamo size the pools the same way.
+Here a candidate is a prefill layout (TP, and EP for a MoE model) with a device count, a decode layout on the rest
+of the system (one pipeline stage: a replica is ``tp`` devices), and the clients per decode replica. Each is priced
+by :func:`aitrinity.cost.disaggregated.disaggregated_steady_state` -- the same function ``trinity diagnose`` prices
+``plan.disaggregation`` with -- vectorized over the prefill device counts and the batches of a pair of layouts.
+A candidate is infeasible when a pool's weights, or a decode replica's KV cache at its batch, do not fit in device
+memory, or when it misses a TTFT / TPOT objective. The scenario's dtypes and exchanges apply to every candidate;
+the aggregated search (:mod:`aitrinity.plan.search_serving`) is what to compare it with.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from aitrinity.cost.concurrency import profile
+from aitrinity.cost.disaggregated import Pool, disaggregated_steady_state
+from aitrinity.cost.disaggregated_estimate import kv_link
+from aitrinity.cost.kernels import Kernels, roofline
+from aitrinity.cost.ledger import Result
+from aitrinity.cost.operators import Layout
+from aitrinity.cost.serving import effects, max_batch, weight_bytes_per_device
+from aitrinity.plan.search import ReasonCount
+from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System
+
+SplitObjective = Literal["throughput", "latency", "cost", "energy"]
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+REASONS = ("feasible", "device memory", "TTFT above the SLO", "TPOT above the SLO")
+
+
+class SplitChoice(Result):
+    """One disaggregated deployment: the prefill pool, the decode pool, the clients, and what they give."""
+
+    prefill_devices: int
+    prefill_tp: int
+    prefill_ep: int
+    decode_tp: int
+    decode_ep: int
+    decode_replicas: int
+    batch: int
+    """Clients per decode replica."""
+    ttft_s: float
+    tpot_s: float
+    latency_s: float
+    tokens_per_s: float
+    joules_per_token: float
+    usd_per_million_tokens: float | None
+    prefill_utilization: float
+    binding_pool: str
+
+    @property
+    def label(self) -> str:
+        ep_p = f" ep{self.prefill_ep}" if self.prefill_ep > 1 else ""
+        ep_d = f" ep{self.decode_ep}" if self.decode_ep > 1 else ""
+        return (
+            f"prefill {self.prefill_devices // self.prefill_tp} x tp{self.prefill_tp}{ep_p} + "
+            f"decode {self.decode_replicas} x tp{self.decode_tp}{ep_d}, batch {self.batch}"
+        )
+
+    def plan(self, base: Plan) -> Plan:
+        """``base`` with this split: the decode layout as its own, the prefill pool as its disaggregation."""
+        link = base.disaggregation.kv_link if base.disaggregation else None
+        split = Disaggregation(
+            prefill_devices=self.prefill_devices, prefill_tp=self.prefill_tp, prefill_ep=self.prefill_ep, kv_link=link
+        )
+        return base.model_copy(
+            update={"tp": self.decode_tp, "pp": 1, "dp": None, "ep": self.decode_ep, "disaggregation": split}
+        )
+
+
+class SplitSearchResult(Result):
+    objective: str
+    evaluated: int
+    feasible: int
+    best: SplitChoice | None
+    top: list[SplitChoice]
+    infeasible: list[ReasonCount]
+
+
+def pool_layouts(m: ModelSpec, system: System) -> list[tuple[int, int]]:
+    """(tp, ep) a pool's replica may take: TP within one node over a divisor of the heads (and of the KV heads, or
+    a multiple of them), and for a MoE model each EP degree dividing the experts, up to the system's devices."""
+    heads, kv, n = m.num_attention_heads, m.kv_heads, system.num_devices
+    tps = [t for t in range(1, min(system.devices_per_node, n) + 1) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    eps = [e for e in range(1, n + 1) if m.moe and m.moe.num_experts % e == 0] if m.moe else [1]
+    return [(t, e) for t in tps for e in eps if t * e < n]
+
+
+def search_splits(
+    m: ModelSpec,
+    job: ServingJob,
+    base: Plan,
+    system: System,
+    objective: SplitObjective = "throughput",
+    top: int = 5,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+    kernels: Kernels | None = None,
+) -> SplitSearchResult:
+    """Every split of ``system`` into a prefill and a decode pool (module doc), best first by ``objective``."""
+    k = kernels or roofline(system.device)
+    qplan, _ = effects(base)
+    prof = profile(system.engine)
+    link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
+    n = system.num_devices
+    usable = system.usable_memory_bytes
+    power, price = system.power_W * n, system.price_per_hour_usd
+    batches = np.array(sorted({*BATCHES, job.batch} if isinstance(job.batch, int) else BATCHES), dtype=np.float64)
+    cols: dict[str, list[np.ndarray]] = {f: [] for f in _COLUMNS}
+    shapes = pool_layouts(m, system)
+    memory_bound = 0
+    for tp_p, ep_p in shapes:
+        pre_plan = qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
+        pre_fits = weight_bytes_per_device(m, pre_plan) <= usable
+        for tp_d, ep_d in shapes:
+            dec_plan = base.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
+            fit = max_batch(m, dec_plan, system, job) if pre_fits else 0
+            step_p, step_d = tp_p * ep_p, tp_d * ep_d
+            p_dev = np.arange(step_p, n, step_p, dtype=np.float64)
+            p_dev = p_dev[(n - p_dev) % step_d == 0]
+            if not len(p_dev):
+                continue
+            pd, b = np.meshgrid(p_dev, batches, indexing="ij")
+            pd, b = pd.ravel(), b.ravel()
+            fits = b <= fit
+            memory_bound += int(np.count_nonzero(~fits))  # counted, not priced
+            pd, b = pd[fits], b[fits]
+            if not len(pd):
+                continue
+            dec_replicas = (n - pd) / tp_d
+            ds = disaggregated_steady_state(
+                m,
+                k,
+                Pool(pd / step_p, Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, system.engine)),
+                Pool((n - pd) / step_d, Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, system.engine)),
+                link,
+                b * dec_replicas,
+                job.prompt_tokens,
+                job.output_tokens,
+                prof,
+                token_budget=base.prefill_chunk_tokens,
+            )
+            rate = ds.output_tokens_per_s
+            reason = np.zeros(pd.shape, dtype=np.int64)
+            if ttft_slo_s is not None:
+                reason = np.where((reason == 0) & (ds.ttft_s > ttft_slo_s), 2, reason)
+            if tpot_slo_s is not None:
+                reason = np.where((reason == 0) & (ds.tpot_s > tpot_slo_s), 3, reason)
+            values = {
+                "prefill_devices": pd,
+                "prefill_tp": np.full(pd.shape, tp_p),
+                "prefill_ep": np.full(pd.shape, ep_p),
+                "decode_tp": np.full(pd.shape, tp_d),
+                "decode_ep": np.full(pd.shape, ep_d),
+                "decode_replicas": dec_replicas,
+                "batch": b,
+                "ttft_s": ds.ttft_s,
+                "tpot_s": ds.tpot_s,
+                "latency_s": ds.request_latency_s,
+                "tokens_per_s": rate,
+                "joules_per_token": power / rate,
+                "usd_per_million_tokens": price * n / 3600.0 / rate * 1e6
+                if price is not None
+                else np.full(pd.shape, np.nan),
+                "prefill_utilization": ds.prefill_utilization,
+                "prefill_binds": ds.binding_pool == "prefill",
+                "reason": reason,
+            }
+            for f, v in values.items():
+                cols[f].append(np.asarray(v))
+    t = {f: np.concatenate(v) if v else np.zeros(0) for f, v in cols.items()}
+    score = {
+        "throughput": -t["tokens_per_s"],
+        "latency": t["latency_s"],
+        "cost": t["usd_per_million_tokens"],
+        "energy": t["joules_per_token"],
+    }[objective]
+    ok = np.flatnonzero((t["reason"] == 0) & np.isfinite(score))
+    # best first; among equals the fewer prefill devices, then the smaller layouts
+    order = ok[np.lexsort((t["decode_tp"][ok], t["prefill_tp"][ok], t["prefill_devices"][ok], np.round(score[ok], 9)))]
+    counts = np.bincount(t["reason"].astype(np.int64), minlength=len(REASONS))
+    counts[REASONS.index("device memory")] += memory_bound
+    chosen = [_choice(t, int(i)) for i in order[:top]]
+    return SplitSearchResult(
+        objective=objective,
+        evaluated=len(score) + memory_bound,
+        feasible=len(ok),
+        best=chosen[0] if chosen else None,
+        top=chosen,
+        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
+    )
+
+
+_COLUMNS = (
+    "prefill_devices",
+    "prefill_tp",
+    "prefill_ep",
+    "decode_tp",
+    "decode_ep",
+    "decode_replicas",
+    "batch",
+    "ttft_s",
+    "tpot_s",
+    "latency_s",
+    "tokens_per_s",
+    "joules_per_token",
+    "usd_per_million_tokens",
+    "prefill_utilization",
+    "prefill_binds",
+    "reason",
+)
+
+
+def _choice(t: dict[str, np.ndarray], i: int) -> SplitChoice:
+    usd = float(t["usd_per_million_tokens"][i])
+    ints = ("prefill_devices", "prefill_tp", "prefill_ep", "decode_tp", "decode_ep", "decode_replicas", "batch")
+    floats = ("ttft_s", "tpot_s", "latency_s", "tokens_per_s", "joules_per_token", "prefill_utilization")
+    return SplitChoice(
+        **{f: int(t[f][i]) for f in ints},
+        **{f: float(t[f][i]) for f in floats},
+        usd_per_million_tokens=None if np.isnan(usd) else usd,
+        binding_pool="prefill" if t["prefill_binds"][i] else "decode",
+    )
