@@ -205,11 +205,12 @@ def _verdict(inf: ExchangeInfo, resource: str, threshold: float | None, nominal:
     """Where it pays off (or costs no time) on the swept bandwidth, and whether it does today."""
     verb = "pays off" if inf.rule == "faster" else "costs no time"
     if threshold is None:
+        bandwidth = resource if resource.endswith("bandwidth") else f"{resource} bandwidth"
         if now:
-            return f"{inf.title} {verb} at any {resource} bandwidth"
+            return f"{inf.title} {verb} at any {bandwidth}"
         if inf.rule == "faster":
-            return f"{inf.title} never pays off here, whatever the {resource} bandwidth"
-        return f"{inf.title} always costs time here, whatever the {resource} bandwidth"
+            return f"{inf.title} never pays off here, whatever the {bandwidth}"
+        return f"{inf.title} always costs time here, whatever the {bandwidth}"
     side = "below" if inf.pays_when == "below" else "above"
     return (
         f"{inf.title} {verb} while the {resource} is {side} {format_bandwidth(threshold)}; "
