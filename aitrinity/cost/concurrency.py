@@ -39,6 +39,7 @@ from numpy.typing import ArrayLike
 
 from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
+from aitrinity.cost.speculation import Speculation, speculative_step
 from aitrinity.spec.model import ModelSpec
 
 
@@ -87,7 +88,8 @@ class SteadyState:
     interference_s: Array
     """TPOT's share of other requests' prefill work."""
     decode_step: StepTimes
-    """The pure-decode step of ``c`` sequences, by operator class."""
+    """The pure-decode step of ``c`` sequences, by operator class (with speculation: a verification step and its
+    drafts over the tokens it yields, per output token)."""
     mixed_step: StepTimes
     """A step of ``c - 1`` decodes and one prompt's prefill, by operator class."""
 
@@ -105,11 +107,15 @@ def steady_state(
     osl: ArrayLike,
     engine: EngineProfile | None = None,
     prefill_fraction: ArrayLike = 1.0,
+    speculation: Speculation | None = None,
 ) -> SteadyState:
     """TTFT, TPOT and throughput of one model replica at ``concurrency`` clients (module doc).
 
     ``prefill_fraction`` is the share of each prompt computed rather than loaded (a prefix cache with hit
-    rate ``h`` computes ``1 - h`` of it; the context attended to stays the whole prompt)."""
+    rate ``h`` computes ``1 - h`` of it; the context attended to stays the whole prompt). ``speculation``: a
+    speculative decoder (:mod:`aitrinity.cost.speculation`); each decode step is then a verification step with its
+    drafts, yielding ``E`` tokens, and the decode step reported is its share per output token. The prompts that
+    share the steps cost the same per output token (``c·E/osl`` of them per step, ``E`` tokens a step)."""
     prof = engine or profile(lay.engine)
     c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
     s_in = np.asarray(isl, dtype=np.float64)
@@ -131,6 +137,10 @@ def steady_state(
     dec, mix, lone = (StepTimes(*(getattr(steps3, f)[i] for f in OPERATOR_CLASSES)) for i in range(3))
     alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
+    if speculation is not None:  # a verification step and its drafts, per output token
+        verify = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
+        per = 1.0 / speculation.tokens_per_step
+        dec = StepTimes(*(getattr(verify, f) * per for f in OPERATOR_CLASSES))
     tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
     steps = prof.prefill_steps * mix.total
     wave = prof.batch_wait * (c - 1.0) / 2.0 * alone

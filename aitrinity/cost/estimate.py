@@ -443,7 +443,16 @@ def estimate_concurrency(
     lay = Layout(
         tp=qplan.tp, ep=qplan.ep, weight_dtype=qplan.weights_dtype, kv_dtype=qplan.cache_dtype, engine=system.engine
     )
-    ss = steady_state(m, kernels, lay, c, job.prompt_tokens, job.output_tokens, prefill_fraction=1.0 - fx.prefix_hit)
+    ss = steady_state(
+        m,
+        kernels,
+        lay,
+        c,
+        job.prompt_tokens,
+        job.output_tokens,
+        prefill_fraction=1.0 - fx.prefix_hit,
+        speculation=fx.speculation,
+    )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
     return price_concurrency(ledger, system, ss, kernels.source, notes)
 

@@ -36,6 +36,7 @@ Exchanges (``plan.exchanges``, see :mod:`aitrinity.cost.effects`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -50,12 +51,14 @@ from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
 from aitrinity.cost.params import ParamCount, count
+from aitrinity.cost.speculation import Speculation, draft_model
 from aitrinity.errors import SpecError
 from aitrinity.spec.exchanges import (
     KVCompression,
     KVOffload,
     KVQuantization,
     PrefixCache,
+    SpeculativeDecoding,
     WeightQuantization,
     WeightStreaming,
 )
@@ -97,6 +100,8 @@ class ServingEffects:
     kv_wire_scale: float = 1.0
     """A further factor on the KV bytes that cross a link or tier, whatever the cache's dtype (registered
     techniques' effects set it; the built-in KV compression sets ``kv_wire_ratio``)."""
+    speculation: Speculation | None = None
+    """A speculative decoder (:mod:`aitrinity.cost.speculation`): decode steps verify its drafts."""
 
     @property
     def kv_wire(self) -> float:
@@ -144,7 +149,14 @@ def _builtin_effects(plan: Plan) -> tuple[Plan, ServingEffects]:
         kv_wire_ratio=ratio,
         dequant_flops_per_weight=2.0 if isinstance(wq, WeightQuantization) else 0.0,
         prefix_capacity_bytes=(pc.capacity or 0.0) if isinstance(pc, PrefixCache) else 0.0,
+        speculation=_speculation(find(plan, "speculative-decoding")),
     )
+
+
+def _speculation(x: object) -> Speculation | None:
+    if not isinstance(x, SpeculativeDecoding):
+        return None
+    return Speculation(x.draft_tokens, x.acceptance, x.draft_layers)
 
 
 def _hit_rate(pc: PrefixCache) -> float:
@@ -414,7 +426,7 @@ class ServingArrays:
         streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
         streams.append(self._kv_offload("KV offload (stream in)", moved * ratio * plan.pp))
         dequant = dequant_per * read / wq
-        return PhaseColumns(
+        cols = PhaseColumns(
             tokens=batch.astype(np.float64),
             forward=total / plan.tp,
             exchange=dequant * plan.pp,
@@ -423,6 +435,40 @@ class ServingArrays:
             hbm_bytes=hbm * plan.pp,
             streams=streams,
             operators=np.full(len(batch), float(m.num_layers * OPERATORS_PER_LAYER)),
+        )
+        return cols if fx.speculation is None else self._speculative(cols, batch, context, fx.speculation)
+
+    def _speculative(self, one: PhaseColumns, batch: F, context: int, sp: Speculation) -> PhaseColumns:
+        """The decode phase per output token of a speculative decoder (:mod:`aitrinity.cost.speculation`): a
+        verification step of ``k + 1`` positions per sequence (their FLOPs, the experts they touch, their KV
+        written; the KV read once) and ``k`` draft passes, over the ``E`` tokens it yields."""
+        m, plan, f = self.m, self.plan, self.per_row
+        k, q = sp.draft_tokens, sp.draft_tokens + 1.0
+        dm = draft_model(m, sp)
+        share = sp.draft_layers / m.num_layers  # of the model's blocks (and of its KV) a draft pass runs
+        per_token = token_flops(m).dense + score_flops_per_query(m, context)
+        drafted = token_flops(dm).dense + score_flops_per_query(dm, context)
+        total = batch * (q * per_token + k * drafted)
+        pd = count(dm)
+        draft_read = (pd.non_expert + pd.routed_experts / plan.ep) * f.weight_bytes / (plan.tp * plan.pp)
+        one_read = self.weights_read(batch)
+        more_read = self.weights_read(batch * q) - one_read + k * draft_read
+        more_kv = batch * f.kv_per_token * (q - 1.0 + k * share * (kv_tokens_held(m, context) + 1.0))
+        per = 1.0 / sp.tokens_per_step
+        rows = ("TP activations (per layer)", "PP activations")  # what scales with the positions verified
+        streams = [
+            dataclasses.replace(x, payload=x.payload * (q if x.purpose in rows else 1.0), times=x.times * per)
+            for x in one.streams
+        ]
+        return PhaseColumns(
+            tokens=one.tokens,
+            forward=total / plan.tp * per,
+            exchange=one.exchange * (1.0 + more_read / one_read) * per,
+            model_total=total * per,
+            gemm_rows=batch * q,
+            hbm_bytes=(one.hbm_bytes + (more_read + more_kv) * plan.pp) * per,
+            streams=streams,
+            operators=one.operators * (1.0 + k * share) * per,
         )
 
     def memory(self, batch: F, prompt: int, context: int) -> MemoryColumns:

@@ -33,6 +33,7 @@ from aitrinity.cost.serving import (
     effects,
 )
 from aitrinity.cost.serving import ServingRows as ServingRows
+from aitrinity.cost.speculation import Speculation
 from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
@@ -128,6 +129,7 @@ class SteadyRequest:
     prefix_hit: float
     keys: Ints
     """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
+    speculation: Speculation | None = None
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,11 @@ def answer_steady(
     share it, over the union of their keys; each request gets its own keys' values back (the values of a
     key do not depend on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[int, int, str, str, float], list[int]] = {}
+    groups: dict[tuple[int, int, str, str, float, Speculation | None], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.tp, r.ep, r.weights_dtype, r.cache_dtype, r.prefix_hit), []).append(i)
+        groups.setdefault((r.tp, r.ep, r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
     out: list[SteadyAnswer | None] = [None] * len(requests)
-    for (tp, ep, wd, kd, hit), members in groups.items():
+    for (tp, ep, wd, kd, hit, spec), members in groups.items():
         distinct = np.unique(np.concatenate([requests[i].keys for i in members]))
         if not len(distinct):  # no row of these layouts runs (none fits): nothing to price
             empty = np.zeros(0)
@@ -169,6 +171,7 @@ def answer_steady(
             job.prompt_tokens,
             job.output_tokens,
             prefill_fraction=1.0 - hit,
+            speculation=spec,
         )
         for i in members:
             at = np.searchsorted(distinct, requests[i].keys)
@@ -250,7 +253,9 @@ def price_rows_deferred(
     if job.mode == "concurrency":
         nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
         keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
-        request = SteadyRequest(tp, base.ep, fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, keys)
+        request = SteadyRequest(
+            tp, base.ep, fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, keys, fx.speculation
+        )
 
     def finish(answer: SteadyAnswer | None) -> ServingPriced:
         """The rows' metrics and feasibility once their steady states (or the static batch's phases) are in."""

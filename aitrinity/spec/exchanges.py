@@ -115,6 +115,18 @@ class KVQuantization(Spec):
     dtype: Literal["fp8", "int8", "int4"]
 
 
+class SpeculativeDecoding(Spec):
+    """Compute -> bandwidth: a draft proposes ``draft_tokens`` tokens, one step of the model verifies them all
+    (lossless; Leviathan et al. 2023). ``acceptance``: the chance each draft token is kept (DeepSeek-V3's MTP module:
+    85-90% for its one draft token, report §5.4.3). ``draft_layers``: transformer blocks of the model's shape the
+    draft runs per token (MTP: 1)."""
+
+    kind: Literal["speculative-decoding"]
+    draft_tokens: int = Field(default=1, ge=1, le=16)
+    acceptance: Fraction = 0.85
+    draft_layers: int = Field(default=1, ge=1, le=64)
+
+
 ExchangeSpec = Annotated[
     GradientCompression
     | LocalSGD
@@ -125,7 +137,8 @@ ExchangeSpec = Annotated[
     | PrefixCache
     | KVCompression
     | WeightQuantization
-    | KVQuantization,
+    | KVQuantization
+    | SpeculativeDecoding,
     Field(discriminator="kind"),
 ]
 
@@ -137,4 +150,5 @@ SERVING_ONLY = {
     "kv-compression",
     "weight-quantization",
     "kv-quantization",
+    "speculative-decoding",
 }

@@ -50,6 +50,24 @@ CASES = [
         {"exchanges": [{"kind": "prefix-cache", "hit_rate": 0.3, "tier": "host", "capacity": "600 GiB"}]},
         {"host_memory": "host-dram"},
     ),
+    (  # DeepSeek-V3's multi-token prediction: one draft token from one MoE block, 85% accepted
+        "deepseek-v3",
+        16,
+        8,
+        2,
+        ServingJob(prompt_tokens=1024, output_tokens=128),
+        {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 1, "acceptance": 0.85}]},
+        {"host_memory": "host-dram"},
+    ),
+    (
+        "llama-3.1-8b",
+        2,
+        1,
+        1,
+        ServingJob(prompt_tokens=2048, output_tokens=256),
+        {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 4, "acceptance": 0.7, "draft_layers": 2}]},
+        {"host_memory": "host-dram", "overlap": "sum"},
+    ),
 ]
 
 

@@ -17,6 +17,7 @@ from aitrinity.plan.techniques import (  # noqa: F401
     prefix_cache,
     recompute,
     sequence_parallel,
+    speculative_decoding,
     weight_quantization,
     weight_streaming,
     zero,
