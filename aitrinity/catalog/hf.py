@@ -4,7 +4,9 @@ Only the architecture matters; no weights are read and nothing is downloaded.
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe (dense layers, if any, first),
 gemma2, gemma3 / gemma3_text (the text model; local and global attention layers), gpt_oss (MoE with biases,
 alternating sliding-window layers; attention sinks not counted), opt, gpt2, deepseek_v2, deepseek_v3 and
-kimi_k2 (DeepSeek-V3's architecture and keys).
+kimi_k2 (DeepSeek-V3's architecture and keys), llama4 / llama4_text (the text model: interleaved MoE layers with a
+shared expert, chunked local attention as a sliding window) and minimax_m2 (GQA, 256 routed experts with a routing
+bias). Vision towers are not counted.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
         data = _gemma(cfg.get("text_config", cfg) if mtype == "gemma3" else cfg, mtype, where)
     elif mtype == "gpt_oss":
         data = _gpt_oss(cfg, where)
+    elif mtype in ("llama4", "llama4_text"):
+        data = _llama4(cfg.get("text_config", cfg) if mtype == "llama4" else cfg, where)
+    elif mtype == "minimax_m2":
+        data = _minimax_m2(cfg, where)
     else:
-        known = sorted(_LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2"})
+        known = sorted(_LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2"})
         raise SpecError("model_type", mtype, f"one of {known}", source=where)
     data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
     return validate(ModelSpec, data, source=where)
@@ -132,6 +138,45 @@ def _gpt_oss(cfg: dict[str, Any], where: str) -> dict[str, Any]:
             "router_bias": True,
         },
     )
+    return data
+
+
+def _llama4(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """Llama 4's text model: every ``interleave_moe_layer_step``-th layer MoE (routed experts of
+    ``intermediate_size`` plus one shared expert of that size), the others dense MLPs of ``intermediate_size_mlp``;
+    three layers in four attend within chunks of ``attention_chunk_size`` tokens (priced as a sliding window of
+    that size), the fourth globally (no RoPE)."""
+    layers = _req(cfg, "num_hidden_layers", where)
+    data = _llama_like({**cfg, "intermediate_size": _req(cfg, "intermediate_size_mlp", where)}, "llama4", where)
+    data["head_dim"] = _req(cfg, "head_dim", where)
+    data["moe"] = {
+        "num_experts": _req(cfg, "num_local_experts", where),
+        "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+        "expert_intermediate_size": _req(cfg, "intermediate_size", where),
+        "num_shared_experts": 1,
+        "layer_step": int(cfg.get("interleave_moe_layer_step", 1)),
+    }
+    chunk = cfg.get("attention_chunk_size")
+    if chunk:
+        nope = cfg.get("no_rope_layers")  # 1: a chunked RoPE layer, 0: a global NoPE one (transformers' layout)
+        data["sliding_window"] = chunk
+        data["sliding_window_layers"] = sum(nope) if nope else layers - layers // 4
+    return data
+
+
+def _minimax_m2(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """MiniMax-M2: GQA attention, every layer MoE (routed experts of ``intermediate_size``, a routing-score bias,
+    no shared expert); the per-layer q/k norms and the multi-token-prediction modules are not counted."""
+    data = _llama_like(cfg, "minimax_m2", where)
+    data["head_dim"] = _req(cfg, "head_dim", where)
+    data["moe"] = {
+        "num_experts": _req(cfg, "num_local_experts", where),
+        "experts_per_token": _req(cfg, "num_experts_per_tok", where),
+        "expert_intermediate_size": _req(cfg, "intermediate_size", where),
+        "router_bias": bool(cfg.get("use_routing_bias", False)),
+    }
+    if cfg.get("shared_intermediate_size"):
+        raise SpecError("shared_intermediate_size", cfg["shared_intermediate_size"], "0", source=where)
     return data
 
 

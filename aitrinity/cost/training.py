@@ -93,12 +93,11 @@ def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
 
 
 def stage_layers(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
-    """(dense layers, MoE layers) of pipeline stage ``stage``; MoE models put dense layers first."""
+    """(dense layers, MoE layers) of pipeline stage ``stage``, by where the model's MoE layers sit
+    (:meth:`ModelSpec.moe_layers_below`: dense layers first, then every ``layer_step``-th)."""
     lo, hi = stage_bounds(m.num_layers, pp, stage)
-    per = hi - lo
-    first_moe = m.num_layers - m.num_moe_layers
-    moe = max(0, hi - max(lo, first_moe))
-    return per - moe, moe
+    moe = m.moe_layers_below(hi) - m.moe_layers_below(lo)
+    return hi - lo - moe, moe
 
 
 def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:

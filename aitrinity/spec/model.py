@@ -21,6 +21,9 @@ class MoESpec(Spec):
     expert_intermediate_size: int = Field(gt=0)
     num_shared_experts: int = Field(default=0, ge=0)
     first_dense_layers: int = Field(default=0, ge=0)
+    layer_step: int = Field(default=1, ge=1)
+    """After the first dense layers, every ``layer_step``-th layer is MoE and the others dense (Llama 4
+    Maverick's ``interleave_moe_layer_step: 2``: layers 1, 3, 5, ... are MoE)."""
     router_bias: bool = False
 
     @model_validator(mode="after")
@@ -126,7 +129,13 @@ class ModelSpec(Spec):
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.moe.first_dense_layers if self.moe else 0
+        return self.moe_layers_below(self.num_layers)
+
+    def moe_layers_below(self, layer: int) -> int:
+        """MoE layers among layers ``[0, layer)``: after ``first_dense_layers``, every ``layer_step``-th one."""
+        if not self.moe:
+            return 0
+        return max(layer - self.moe.first_dense_layers, 0) // self.moe.layer_step
 
     @property
     def num_dense_layers(self) -> int:

@@ -169,6 +169,7 @@ SHIPPED = {
     "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
     "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B",
     "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1",
+    "llama-4-maverick": "meta-llama--Llama-4-Maverick-17B-128E-Instruct",
 }
 
 
@@ -179,5 +180,39 @@ def test_catalog_entries_match_the_released_configs(name):
     entry = catalog.model(name)
     assert count(shipped).total == count(entry).total
     assert count(shipped).active(shipped) == count(entry).active(entry)
-    for field in ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "vocab_size", "moe", "mla"):
+    fields = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "vocab_size", "moe", "mla")
+    for field in (*fields, "intermediate_size", "local_layers", "sliding_window"):
         assert getattr(shipped, field) == getattr(entry, field), field
+
+
+def _shipped(stem):
+    path = importlib.resources.files("aiconfigurator_core") / "model_configs" / f"{stem}_config.json"
+    return json.loads(path.read_text())
+
+
+def test_llama4_interleaves_moe_and_dense_layers_as_the_config_says():
+    """Maverick: every 2nd layer MoE (128 experts, top-1, a shared expert), the rest dense MLPs of 16384 -- 400.7B
+    parameters (the card: 400B total, 17B active; its vision tower is not counted here); Scout: all 48 layers MoE
+    with 16 experts, 107.8B of the card's 109B (the rest is the vision tower)."""
+    mav = from_hf_config(_shipped("meta-llama--Llama-4-Maverick-17B-128E-Instruct"), "maverick")
+    assert (mav.num_moe_layers, mav.num_dense_layers, mav.moe.layer_step) == (24, 24, 2)
+    assert count(mav).total == pytest.approx(400e9, rel=0.005)
+    assert count(mav).active(mav) == pytest.approx(17e9, rel=0.02)  # "17B" rounded
+    scout = from_hf_config(_shipped("meta-llama--Llama-4-Scout-17B-16E-Instruct"), "scout")
+    assert (scout.num_moe_layers, scout.num_dense_layers) == (48, 0)
+    assert count(scout).total == pytest.approx(107.77e9, rel=0.001)
+    assert count(scout).active(scout) == pytest.approx(count(mav).active(mav), rel=0.001)  # same 17B path
+    # a pipeline stage holds the MoE layers that fall in it: 6 of 12 on each of 4 stages
+    from aitrinity.cost.training import stage_layers
+
+    assert [stage_layers(mav, 4, s) for s in range(4)] == [(6, 6)] * 4
+
+
+def test_minimax_m2_is_read_from_its_config():
+    """MiniMax-M2.5: 62 layers, GQA 48/8 heads of 128, 256 routed experts of 1536 with top-8 and a routing bias:
+    228.7B parameters, 11.0B active (the card's "230B total, 10B active" counts differently; its MTP modules are
+    not counted)."""
+    m = from_hf_config(_shipped("MiniMaxAI--MiniMax-M2.5"), "minimax")
+    assert (m.num_layers, m.kv_heads, m.moe.num_experts, m.moe.experts_per_token) == (62, 8, 256, 8)
+    assert m.moe.router_bias and m.moe.num_shared_experts == 0
+    assert count(m).total == pytest.approx(228.69e9, rel=0.001)
