@@ -64,7 +64,7 @@ def _grids(
     dict[tuple[int, str], AttentionTables],
     dict[int, Grid],
     dict[int, Grid],
-    dict[tuple[str, int, int, int, int, int, int], Grid],
+    dict[tuple[str, int, int, int, int, int, int, str], Grid],
 ]:
     from aitrinity.catalog import kernel_tables as kt
 

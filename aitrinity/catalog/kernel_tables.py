@@ -52,8 +52,9 @@ SYSTEM_OF_DEVICE = {
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4", "w4a16_mxfp4": "fp4"}
 
-MoEKey = tuple[str, int, int, int, int, int, int]
-"""(dtype, hidden, expert intermediate, top-k, experts, MoE TP size, MoE EP size) of a measured MoE layer."""
+MoEKey = tuple[str, int, int, int, int, int, int, str]
+"""(dtype, hidden, expert intermediate, top-k, experts, MoE TP size, MoE EP size, routing) of a measured MoE layer;
+routing is the table's token distribution: ``balanced``, ``power_law_1.01`` or ``power_law_1.2``."""
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 
 
@@ -272,8 +273,9 @@ def _all_to_all(root: Path) -> dict[int, MeasuredGrid]:
 
 
 def _moe(root: Path, c: TableChoice) -> dict[MoEKey, MeasuredGrid]:
-    """The engine's fused MoE kernels (routing and grouped expert GEMMs) for the model shapes measured, with
-    tokens routed uniformly ('balanced', as the operator model assumes); over the tokens of the step."""
+    """The engine's fused MoE kernels (routing and grouped expert GEMMs) for the model shapes measured, for each
+    token distribution the table measured (uniform 'balanced', and power-law expert popularity); over the tokens of
+    the step."""
     have = versions(c.system, "moe", c.engine)
     older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
     for v in reversed(older):
@@ -282,14 +284,12 @@ def _moe(root: Path, c: TableChoice) -> dict[MoEKey, MeasuredGrid]:
             continue
         cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
         rows = _read(path, [*cols, "moe_ep_size", "distribution", "latency"])
-        balanced = rows["distribution"] == "balanced"
         out: dict[MoEKey, MeasuredGrid] = {}
         by = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
-        for (dtype, h, f, k, e, tp, ep), sel in _groups(rows, by):
+        for (dtype, h, f, k, e, tp, ep, routing), sel in _groups(rows, [*by, "distribution"]):
             name = MOE_DTYPES.get(str(dtype))
-            sel = sel & balanced
             if name and sel.any():
-                key = (name, int(h), int(f), int(k), int(e), int(tp), int(ep))
+                key = (name, int(h), int(f), int(k), int(e), int(tp), int(ep), str(routing))
                 out[key] = _grid([rows["num_tokens"][sel]], rows["latency"][sel] * 1e-3)
         return out
     return {}

@@ -71,8 +71,10 @@ def estimate_disaggregated(
     f = ledger.serving
     assert f is not None
     engine = system.engine
-    dec_lay = Layout(qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine)
-    pre_lay = Layout(d.prefill_tp, d.prefill_ep, qplan.weights_dtype, qplan.cache_dtype, engine)
+    dec_lay = Layout(qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing)
+    pre_lay = Layout(
+        d.prefill_tp, d.prefill_ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing
+    )
     pre_workers = d.prefill_devices // d.prefill_tp // d.prefill_ep
     clients = max(f.batch, 1) * f.replicas
     link = kv_link(d, system)

@@ -441,7 +441,12 @@ def estimate_concurrency(
     one = prefill_phase(m, qplan, system, 1, job.prompt_tokens, fx)
     ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
     lay = Layout(
-        tp=qplan.tp, ep=qplan.ep, weight_dtype=qplan.weights_dtype, kv_dtype=qplan.cache_dtype, engine=system.engine
+        tp=qplan.tp,
+        ep=qplan.ep,
+        weight_dtype=qplan.weights_dtype,
+        kv_dtype=qplan.cache_dtype,
+        engine=system.engine,
+        routing=job.moe_routing,
     )
     ss = steady_state(
         m,

@@ -152,6 +152,8 @@ class MoEShape:
     experts: int
     tp: int
     ep: int
+    routing: str = "balanced"
+    """The tokens' distribution over the experts (:data:`aitrinity.cost.operators.ROUTING_SKEW`)."""
 
 
 @dataclass(frozen=True)
@@ -256,17 +258,17 @@ class TableKernels:
     fallbacks: set[str] = field(default_factory=set, compare=False)
     all_to_all_grids: dict[int, Grid] = field(default_factory=dict)
     """NCCL's measured all-to-all by GPU count; axis: each GPU's send buffer, bytes."""
-    moe_grids: dict[tuple[str, int, int, int, int, int, int], Grid] = field(default_factory=dict)
-    """The engine's fused MoE by (dtype, hidden, intermediate, top-k, experts, TP, EP); axis: tokens."""
+    moe_grids: dict[tuple[str, int, int, int, int, int, int, str], Grid] = field(default_factory=dict)
+    """The engine's fused MoE by (dtype, hidden, intermediate, top-k, experts, TP, EP, routing); axis: tokens."""
 
     def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
         dims = (shape.hidden, shape.inter, shape.topk, shape.experts, shape.tp, shape.ep)
         for d in (dtype, "fp8_block") if dtype == "fp8" else (dtype,):  # block-scaled fp8 where per-tensor is not
-            grid = self.moe_grids.get((d, *dims))
+            grid = self.moe_grids.get((d, *dims, shape.routing))
             if grid is not None:
                 return grid(tokens)
         if self.moe_grids:
-            self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))}")
+            self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))} {shape.routing}")
         return np.full(np.shape(tokens), np.nan)
 
     def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:

@@ -69,6 +69,18 @@ class StepShape:
     new tokens attend to them too."""
 
 
+ROUTING_SKEW: dict[str, tuple[float, float]] = {
+    "balanced": (1.0, 0.0),
+    "power_law_1.01": (0.976, 0.059),
+    "power_law_1.2": (0.965, 0.096),
+}
+"""``(a, s)`` of ``gamma(ep) = max(1, a + s·log2(ep))``: the hottest EP rank's routed work over the mean when the
+experts' popularity follows a power law -- the median latency ratio (power law / balanced) of NVIDIA's measured
+fused-MoE kernels at >= 1,024 tokens per EP size (aiconfigurator-core, h100_sxm/moe/trtllm/1.3.0rc23; derived by
+``tools/derive_routing_skew.py``: 1.12 at EP 8, 1.55 at EP 256 for power_law_1.01). Where a table measured the
+engine's MoE for the shape, its rows of that distribution are used instead."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the model is split and stored: TP degree, EP degree (MoE), and the dtypes kernels run in.
@@ -86,10 +98,21 @@ class Layout:
     kv_dtype: str = "bf16"
     engine: str = "generic"
     attention_dp: int | None = None
+    routing: str = "power_law_1.01"
+    """How the tokens spread over the experts (:data:`ROUTING_SKEW`): ``balanced``, or power-law expert popularity
+    (``power_law_1.01``, the default of NVIDIA's aiconfigurator, or the steeper ``power_law_1.2``)."""
 
     def __post_init__(self) -> None:
         if min(self.tp, self.ep, self.dp) < 1 or (self.tp * self.dp) % self.ep:
             raise ValueError(f"a MoE group of tp {self.tp} x dp {self.dp} GPUs cannot hold ep {self.ep}")
+        if self.routing not in ROUTING_SKEW:
+            raise ValueError(f"routing {self.routing!r}: one of {', '.join(ROUTING_SKEW)}")
+
+    @property
+    def skew(self) -> float:
+        """The hottest EP rank's routed work over the mean (:data:`ROUTING_SKEW`)."""
+        a, s = ROUTING_SKEW[self.routing]
+        return max(1.0, a + s * float(np.log2(self.ep)))
 
     @property
     def dp(self) -> int:
@@ -203,7 +226,9 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     # (attention DP "globalizes" the tokens, as aiconfigurator's MoE query does)
     routed = tokens * dp * e.experts_per_token / ep
     touched = local * (1.0 - (1.0 - 1.0 / local) ** np.maximum(routed, 0.0))  # uniform routing
-    per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0)
+    # the hottest rank sets the layer's pace: its experts hold ``skew`` times the mean rows (the popular experts
+    # gather the extra tokens, so about as many experts are touched)
+    per_expert = np.maximum(routed / np.maximum(touched, 1.0), 1.0) * lay.skew
     # the touched experts in grouped GEMMs (one launch each for the up and the down projection, as a fused MoE
     # kernel runs them), where no table measured the engine's fused MoE for this shape
     width = e.expert_intermediate_size // lay.moe_tp
@@ -211,7 +236,7 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
         touched, per_expert, h, width, wd
     )
     # the engine's fused MoE kernel where a table measured this shape (uniform routing, as here)
-    shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, lay.moe_tp, ep)
+    shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, lay.moe_tp, ep, lay.routing)
     measured = k.moe(tokens * dp, shape, wd)  # the tables count the MoE group's tokens
     experts = np.where(np.isnan(measured), experts, measured)
     out = k.gemm(tokens, e.num_experts, h, "bf16") + experts
@@ -247,7 +272,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
     if m.moe and lay.dp > 1:  # the replicas' tokens meet in each MoE layer, and go back
         if lay.ep > 1:  # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back
-            routed = rows * m.moe.experts_per_token * h * 2.0
+            routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
             comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
         else:  # every expert split over the whole group: all-gather the tokens, reduce-scatter the outputs
             comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, tp * lay.dp)

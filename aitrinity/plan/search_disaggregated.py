@@ -136,8 +136,14 @@ def search_splits(
             ds = disaggregated_steady_state(
                 m,
                 k,
-                Pool(pd / step_p, Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, system.engine)),
-                Pool((n - pd) / step_d, Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, system.engine)),
+                Pool(
+                    pd / step_p,
+                    Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, system.engine, routing=job.moe_routing),
+                ),
+                Pool(
+                    (n - pd) / step_d,
+                    Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, system.engine, routing=job.moe_routing),
+                ),
                 link,
                 b * dec_replicas,
                 job.prompt_tokens,

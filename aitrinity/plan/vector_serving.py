@@ -166,7 +166,7 @@ def answer_steady(
         ss = steady_state(
             m,
             mixed,
-            Layout(tp, ep, WEIGHTS, KV, system.engine),
+            Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing),
             distinct // (nk * nw),
             job.prompt_tokens,
             job.output_tokens,

@@ -211,6 +211,10 @@ class ServingJob(Spec):
     max_accuracy_drop: float = Field(default=0.01, ge=0.0, le=1.0)
     """The share of the exact model's benchmark score the service may lose to lossy exchanges (weight / KV
     quantization, KV compression): the planner keeps to it (0.01 = one percent, as the edge split's)."""
+    moe_routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = "power_law_1.01"
+    """MoE models: how the requests' tokens spread over the experts -- uniformly, or with power-law expert
+    popularity (the default of NVIDIA's aiconfigurator); the hottest expert-parallel rank sets each MoE layer's
+    pace (:data:`aitrinity.cost.operators.ROUTING_SKEW`)."""
 
     @model_validator(mode="after")
     def _check(self) -> ServingJob:

@@ -131,19 +131,25 @@ def test_a_measured_moe_shape_times_the_routed_experts_from_its_table(h100_vllm)
     k = h100_vllm.kernels
     path = kt.data_root() / "h100_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet"
     t = pq.read_table(path).to_pydict()
-    want = min(
-        t["latency"][i] * 1e-3
-        for i in range(len(t["latency"]))
-        if (t["moe_dtype"][i], t["hidden_size"][i], t["inter_size"][i], t["topk"][i], t["num_experts"][i])
-        == ("fp8_block", 7168, 2048, 8, 256)
-        and (t["moe_tp_size"][i], t["moe_ep_size"][i], t["num_tokens"][i], t["distribution"][i])
-        == (8, 1, 64, "balanced")
-    )
+
+    def measured(routing):
+        return min(
+            t["latency"][i] * 1e-3
+            for i in range(len(t["latency"]))
+            if (t["moe_dtype"][i], t["hidden_size"][i], t["inter_size"][i], t["topk"][i], t["num_experts"][i])
+            == ("fp8_block", 7168, 2048, 8, 256)
+            and (t["moe_tp_size"][i], t["moe_ep_size"][i], t["num_tokens"][i], t["distribution"][i])
+            == (8, 1, 64, routing)
+        )
+
+    want = measured("balanced")
     shape = MoEShape(7168, 2048, 8, 256, 8, 1)
     assert float(k.moe(64.0, shape, "fp8")) == pytest.approx(want)  # fp8 weights: the block-scaled kernel
     assert np.isnan(k.moe(64.0, shape, "bf16"))  # vLLM's table has this shape in fp8 only
+    skewed = MoEShape(7168, 2048, 8, 256, 8, 1, "power_law_1.01")  # each distribution the table measured
+    assert float(k.moe(64.0, skewed, "fp8")) == pytest.approx(measured("power_law_1.01"))
     m = catalog.model("deepseek-v3")
-    lay = Layout(tp=8, weight_dtype="fp8", engine="vllm")
+    lay = Layout(tp=8, weight_dtype="fp8", engine="vllm", routing="balanced")
     router = float(k.gemm(64.0, 256, 7168, "bf16"))
     shared = float(k.gemm(64.0, 2 * 2048 // 8, 7168, "fp8") + k.gemm(64.0, 7168, 2048 // 8, "fp8"))
     assert float(mlp_time(m, k, lay, np.array(64.0), moe_layer=True)) == pytest.approx(router + want + shared)
