@@ -19,9 +19,9 @@ from aitrinity.cost.estimate import (
     PhaseEstimate,
     PoolMetrics,
     ResourceTime,
-    ServingMetrics,
-    _with_operators,
+    concurrency_metrics,
     price,
+    with_operators,
 )
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.operators import OPERATOR_LABELS, Layout
@@ -93,11 +93,8 @@ def estimate_disaggregated(
     base = price(ledger, system)
     phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]
     ttft, tpot = phases[0].time_s, phases[1].time_s
-    latency = float(ds.request_latency_s)
-    rate = clients * job.output_tokens / latency
-    power = system.power_W * system.num_devices
+    latency = ttft + float(ds.transfer_s) + (job.output_tokens - 1) * tpot  # on the phases (a roofline floor holds)
     n = system.num_devices
-    usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
     pools = PoolMetrics(
         prefill_devices=d.prefill_devices,
         prefill_workers=pre_workers * d.prefill_ep,
@@ -114,17 +111,7 @@ def estimate_disaggregated(
         requests_per_s=float(ds.requests_per_s),
         binding_pool=str(ds.binding_pool),
     )
-    serving = ServingMetrics(
-        ttft_s=ttft,
-        tpot_s=tpot,
-        request_latency_s=latency,
-        output_tokens_per_s=rate,
-        throughput_tokens_per_s=rate,
-        joules_per_output_token=power / rate,
-        usd_per_million_output_tokens=usd_rate / rate * 1e6 if usd_rate is not None else None,
-        mode="concurrency",
-        pools=pools,
-    )
+    serving = concurrency_metrics(system, ttft, tpot, latency, clients * job.output_tokens / latency, pools)
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels.source, "notes": notes})
 
 
@@ -143,9 +130,9 @@ def _prefill(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> Phase
         time_s=float(ds.request_s) + wait,
         detail="server work per request, the prefill pool's iterations in flight and its queue (closed loop)",
     )
-    return _with_operators(ph, system, float(ds.ttft_s), t1, [queue], parts)
+    return with_operators(ph, system, float(ds.ttft_s), t1, [queue], parts)
 
 
 def _decode(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> PhaseEstimate:
     parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ds.decode_step.by_class().items()}
-    return _with_operators(ph, system, float(ds.tpot_s), float(ds.decode_step.total), [], parts)
+    return with_operators(ph, system, float(ds.tpot_s), float(ds.decode_step.total), [], parts)

@@ -382,7 +382,7 @@ GPU_CHANNELS = ("intra_node", "inter_node")
 """Links the operator model already prices (its TP collectives); other channels carry exchanges' streams."""
 
 
-def _with_operators(
+def with_operators(
     ph: PhaseEstimate,
     system: System,
     time_s: float,
@@ -509,27 +509,34 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         detail="the amortised share of the prompts that join the running batch",
     )
     phases = [
-        _with_operators(base.phases[0], system, ttft, mix_total, [queue], pre_parts),
-        _with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
+        with_operators(base.phases[0], system, ttft, mix_total, [queue], pre_parts),
+        with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
     ]
     ttft, tpot = phases[0].time_s, phases[1].time_s
-    n = system.num_devices
     c, osl = max(f.batch, 1), f.output_tokens
     latency = ttft + (osl - 1) * tpot
-    rate = c * osl / latency * f.replicas
-    power = system.power_W * n
+    serving = concurrency_metrics(system, ttft, tpot, latency, c * osl / latency * f.replicas)
+    return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})
+
+
+def concurrency_metrics(
+    system: System, ttft: float, tpot: float, latency: float, rate: float, pools: PoolMetrics | None = None
+) -> ServingMetrics:
+    """A closed loop's metrics: ``rate`` output tokens per second of the whole system, and its J and $ per token
+    (every device of the system powered and paid for)."""
+    n = system.num_devices
     usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
-    serving = ServingMetrics(
+    return ServingMetrics(
         ttft_s=ttft,
         tpot_s=tpot,
         request_latency_s=latency,
         output_tokens_per_s=rate,
         throughput_tokens_per_s=rate,
-        joules_per_output_token=power / rate,
+        joules_per_output_token=system.power_W * n / rate,
         usd_per_million_output_tokens=usd_rate / rate * 1e6 if usd_rate is not None else None,
         mode="concurrency",
+        pools=pools,
     )
-    return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})
 
 
 OPERATOR_PRICED = (TP_TRAFFIC, PP_TRAFFIC)
