@@ -4,7 +4,8 @@ Only the architecture matters; no weights are read and nothing is downloaded.
 Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe (dense layers, if any, first),
 gemma2, gemma3 / gemma3_text (the text model; local and global attention layers), gpt_oss (MoE with biases,
 alternating sliding-window layers; attention sinks not counted), opt, gpt2, deepseek_v2, deepseek_v3 and
-kimi_k2 (DeepSeek-V3's architecture and keys), llama4 / llama4_text (the text model: interleaved MoE layers with a
+kimi_k2 (DeepSeek-V3's architecture and keys; deepseek_v32 and GLM-5's glm_moe_dsa add DeepSeek Sparse Attention's
+indexer), llama4 / llama4_text (the text model: interleaved MoE layers with a
 shared expert, chunked local attention as a sliding window) and minimax_m2 (GQA, 256 routed experts with a routing
 bias). Vision towers are not counted.
 """
@@ -17,8 +18,8 @@ from aitrinity.errors import SpecError
 from aitrinity.spec._base import validate
 from aitrinity.spec.model import ModelSpec
 
-_LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2"}
-_DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa")
+_LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", *_DEEPSEEK}
 _GEMMA = {"gemma2", "gemma3", "gemma3_text"}
 
 
@@ -94,6 +95,12 @@ def _llama_like(cfg: dict[str, Any], mtype: str, where: str) -> dict[str, Any]:
             "qk_rope_head_dim": _req(cfg, "qk_rope_head_dim", where),
             "v_head_dim": _req(cfg, "v_head_dim", where),
         }
+        if cfg.get("index_topk"):  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5)
+            data["mla"].update(
+                index_heads=_req(cfg, "index_n_heads", where),
+                index_head_dim=_req(cfg, "index_head_dim", where),
+                index_topk=cfg["index_topk"],
+            )
     return data
 
 

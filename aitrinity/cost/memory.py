@@ -150,7 +150,8 @@ def kv_bytes_per_token(m: ModelSpec, dtype: str) -> float:
     """
     b = BYTES_PER_DTYPE[dtype]
     if m.mla:
-        return m.num_layers * (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b
+        index = m.mla.index_head_dim or 0  # DeepSeek Sparse Attention's fp8 index keys
+        return m.num_layers * ((m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b + index * BYTES_PER_DTYPE["fp8"])
     return 2.0 * m.num_layers * m.kv_heads * m.dim_head * b
 
 

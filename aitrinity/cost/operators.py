@@ -32,6 +32,7 @@ Every argument broadcasts: one step or a million candidate steps are one call.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +206,9 @@ def projection_time(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array
     kv = k.gemm(rows, c.kv_lora_rank + c.qk_rope_head_dim, h, wd)
     up = k.gemm(rows, a * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, wd)
     out: Array = q + kv + up + k.gemm(rows, h, a * c.v_head_dim, wd)
+    if c.sparse and c.index_heads and c.index_head_dim and c.q_lora_rank:  # the indexer's query, key and weights
+        ih, d = c.index_heads, c.index_head_dim
+        out = out + k.gemm(rows, ih * d, c.q_lora_rank, wd) + k.gemm(rows, d, h, wd) + k.gemm(rows, ih, h, wd)
     return out
 
 
@@ -259,6 +263,12 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
 
     projections = projection_time(m, k, lay, rows)
     attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None)
+    if m.mla and m.mla.sparse and m.mla.index_heads and m.mla.index_head_dim:
+        # DeepSeek Sparse Attention: each query attends its index_topk best tokens -- counted as a window of that
+        # many keys -- after the indexer scored every cached token with its fp8 keys
+        sparse = dataclasses.replace(lay, kv_dtype="fp8")
+        index = _attention(m, k, sparse, m.mla.index_heads, 1, m.mla.index_head_dim, dec, ctx, nps, plen, prefix, None)
+        attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk) + index
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0

@@ -32,7 +32,11 @@ def attention_params(m: ModelSpec) -> int:
         q = h * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * a * dqk if c.q_lora_rank else h * a * dqk
         kv = h * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank
         kv += c.kv_lora_rank * a * (c.qk_nope_head_dim + c.v_head_dim)
-        return q + kv + a * c.v_head_dim * h
+        index = 0
+        if c.sparse and c.index_heads and c.index_head_dim and c.q_lora_rank:  # the indexer's wq_b, wk, k-norm, weights
+            ih, d = c.index_heads, c.index_head_dim
+            index = c.q_lora_rank * ih * d + h * d + 2 * d + h * ih
+        return q + kv + a * c.v_head_dim * h + index
     d, g = m.dim_head, m.kv_heads
     weights = h * a * d + 2 * h * g * d + a * d * h
     bias = (a * d + 2 * g * d) * m.qkv_bias + h * m.linear_bias

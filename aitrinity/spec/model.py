@@ -44,6 +44,24 @@ class MLASpec(Spec):
     qk_nope_head_dim: int = Field(gt=0)
     qk_rope_head_dim: int = Field(gt=0)
     v_head_dim: int = Field(gt=0)
+    index_heads: int | None = Field(default=None, gt=0)
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the lightning indexer's heads; it scores every cached token
+    with ``index_head_dim``-wide fp8 keys, and each query attends only the ``index_topk`` best."""
+    index_head_dim: int | None = Field(default=None, gt=0)
+    index_topk: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> MLASpec:
+        given = [x is not None for x in (self.index_heads, self.index_head_dim, self.index_topk)]
+        if any(given) and not all(given):
+            raise ValueError("index_heads, index_head_dim and index_topk come together (DeepSeek Sparse Attention)")
+        if any(given) and self.q_lora_rank is None:
+            raise ValueError("the sparse-attention indexer projects from the query's low-rank latent: q_lora_rank")
+        return self
+
+    @property
+    def sparse(self) -> bool:
+        return self.index_topk is not None
 
 
 class ModelSpec(Spec):

@@ -216,3 +216,22 @@ def test_minimax_m2_is_read_from_its_config():
     assert (m.num_layers, m.kv_heads, m.moe.num_experts, m.moe.experts_per_token) == (62, 8, 256, 8)
     assert m.moe.router_bias and m.moe.num_shared_experts == 0
     assert count(m).total == pytest.approx(228.69e9, rel=0.001)
+
+
+@pytest.mark.parametrize(
+    "stem, total",
+    [("nvidia--GLM-5-NVFP4", 743.91e9), ("deepseek-ai--DeepSeek-V3.2", 671.88e9)],
+)
+def test_sparse_attention_models_count_their_indexer(stem, total):
+    """GLM-5 (glm_moe_dsa) and DeepSeek-V3.2 (deepseek_v32): DeepSeek-V3's MLA and MoE keys plus DeepSeek Sparse
+    Attention's lightning indexer (per layer: wq_b q_lora x heads x dim, wk hidden x dim, a LayerNorm, weights
+    hidden x heads). GLM-5: 743.9B with the indexer's 0.73B; DeepSeek-V3.2: DeepSeek-V3's 671.0B plus 0.84B."""
+    m = from_hf_config(_shipped(stem), "m")
+    assert m.mla.sparse and m.mla.index_topk == 2048 and m.mla.index_head_dim == 128
+    assert count(m).total == pytest.approx(total, rel=1e-4)
+    dense = m.model_copy(
+        update={"mla": m.mla.model_copy(update={"index_heads": None, "index_head_dim": None, "index_topk": None})}
+    )
+    c = m.mla
+    per_layer = c.q_lora_rank * c.index_heads * c.index_head_dim + m.hidden_size * (c.index_head_dim + c.index_heads)
+    assert count(m).total - count(dense).total == m.num_layers * (per_layer + 2 * c.index_head_dim)

@@ -191,3 +191,29 @@ def test_a_skewed_routing_slows_the_hottest_expert_rank_more_as_ep_grows(k):
     decode_gemm, _ = ratio(StepShape(decode=4.0, context=2048.0))
     prefill_gemm, prefill_comm = ratio(StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=8192.0))
     assert decode_gemm < 1.03 < prefill_gemm and prefill_comm > 1.05
+
+
+def test_sparse_attention_reads_the_top_k_tokens_and_the_indexer_reads_them_all(k):
+    """DeepSeek Sparse Attention (GLM-5, DeepSeek-V3.2): at 128k tokens of context a decode step's main attention
+    reads 2,048 tokens' latent KV (576 bytes each in fp8), not 128k; the indexer reads every token's 128-byte fp8
+    key. So the step reads about 128/576 + 2048/131072 = 0.24 of dense MLA's bytes. At 1k tokens, below the top-k,
+    the indexer is pure overhead."""
+    import json
+    from importlib import resources
+
+    from aitrinity.catalog.hf import from_hf_config
+    from aitrinity.spec.model import MLASpec
+
+    path = resources.files("aiconfigurator_core") / "model_configs" / "nvidia--GLM-5-NVFP4_config.json"
+    m = from_hf_config(json.loads(path.read_text()), "glm-5")
+    off = {"index_heads": None, "index_head_dim": None, "index_topk": None}
+    dense = m.model_copy(update={"mla": m.mla.model_copy(update=off)})
+    lay = Layout(tp=8, weight_dtype="fp8", kv_dtype="fp8", routing="balanced")
+
+    def attention(model, ctx):
+        return float(step_times(model, k, lay, StepShape(decode=64.0, context=ctx)).attention)
+
+    assert 0.2 < attention(m, 131072.0) / attention(dense, 131072.0) < 0.3
+    assert attention(m, 1024.0) > attention(dense, 1024.0)
+    with pytest.raises(ValueError, match="come together"):
+        MLASpec.model_validate({**m.mla.model_dump(), "index_topk": None})
