@@ -314,6 +314,9 @@ def _plan_serving(
     if splits:
         from aitrinity.plan.search_disaggregated import search_splits
 
+        if w.mode != "concurrency":
+            raise SpecError("--disaggregated", w.mode, "workload.serving.mode: concurrency (pools serve clients)")
+
         split_result = search_splits(
             r.model,
             w,

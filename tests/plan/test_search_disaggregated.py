@@ -94,6 +94,10 @@ def test_the_cli_searches_splits_on_request_and_refuses_them_for_training(capsys
     assert main(["plan", "llama-70b-training-h100", "--disaggregated"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a serving workload" in err[0]
+    static = ["plan", "llama-70b-serving-long-context", "--disaggregated", "--set", "workload.serving.mode=static"]
+    assert main(static) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mode: concurrency" in err[0]
 
 
 def test_a_scenario_with_pools_gets_its_splits_searched_and_an_aggregated_search_beside_them():
