@@ -8,7 +8,8 @@ from the one to the other. The protocol is the closed loop of :mod:`aitrinity.co
 - **Decode.** A request decodes on one of the ``D x dp`` decode replicas; with ``n`` requests on a replica a step
   takes ``t_d(n)`` (the operator model, no prompt in it: that is the point of disaggregation), so
   ``TPOT = t_d(n)``, where ``n`` is the replica's share of the requests decoding (Little's law:
-  ``X · (osl - 1) · TPOT / (D · dp)``, at most the pool's ``batch``).
+  ``X · (osl - 1) · TPOT / (D · dp)``, at most the pool's ``batch``; clients beyond the decode pool's slots are not
+  queued for one -- the loop is taken to fit, as in the measured runs' layouts).
 - **Prefill.** A replica of the prefill pool runs iterations back to back while prompts wait, each taking every
   waiting prompt up to ``b`` (its token budget over ``isl``, at most the pool's ``batch``): gated batch service.
   An iteration of ``β`` prompts takes ``t(β) ≈ f + a·β`` (the operator model at ``β = 1`` and ``β = b``). At a
@@ -42,6 +43,7 @@ from aitrinity.cost.concurrency import EngineProfile, profile
 from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor
 from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
+from aitrinity.cost.speculation import Speculation, speculative_step
 from aitrinity.spec.model import ModelSpec
 
 _OUTER = 12
@@ -131,9 +133,12 @@ def disaggregated_steady_state(
     osl: ArrayLike,
     engine: EngineProfile | None = None,
     token_budget: float = 8192.0,
+    speculation: Speculation | None = None,
 ) -> DisaggregatedState:
     """TTFT, TPOT and throughput of ``prefill`` + ``decode`` pools serving ``concurrency`` clients (module doc).
-    ``token_budget``: prompt tokens one prefill iteration takes at most (the engine's; 8,192 by default)."""
+    ``token_budget``: prompt tokens one prefill iteration takes at most (the engine's; 8,192 by default).
+    ``speculation``: the decode pool verifies a speculative decoder's drafts (:mod:`aitrinity.cost.speculation`);
+    its step is then priced per output token."""
     prof = engine or profile(decode.layout.engine)
     c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
     s_in = np.maximum(np.asarray(isl, dtype=np.float64), 1.0)
@@ -157,7 +162,11 @@ def disaggregated_steady_state(
     clients = c / rp
 
     def decode_at(n: Array) -> StepTimes:
-        return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
+        if speculation is None:
+            return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
+        step = speculative_step(m, k, decode.layout, np.maximum(n, 1.0), ctx, speculation, prof.step_overhead_s)
+        per = 1.0 / speculation.tokens_per_step
+        return StepTimes(*(getattr(step, f) * per for f in OPERATOR_CLASSES))
 
     def prefill_latency(x: Array) -> Array:
         beta = np.minimum(np.maximum(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0), b)

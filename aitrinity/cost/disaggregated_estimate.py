@@ -89,6 +89,7 @@ def estimate_disaggregated(
         job.output_tokens,
         profile(engine),
         token_budget=plan.prefill_chunk_tokens,
+        speculation=fx.speculation,
     )
     base = price(ledger, system)
     phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]

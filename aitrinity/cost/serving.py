@@ -450,7 +450,8 @@ class ServingArrays:
         drafted = token_flops(dm).dense + score_flops_per_query(dm, context)
         total = batch * (q * per_token + k * drafted)
         pd = count(dm)
-        draft_read = (pd.non_expert + pd.routed_experts / plan.ep) * f.weight_bytes / (plan.tp * plan.pp)
+        # the draft's blocks and its output head (its embedding rows are gathered, not streamed)
+        draft_read = (pd.non_expert - pd.embedding + pd.routed_experts / plan.ep) * f.weight_bytes / (plan.tp * plan.pp)
         one_read = self.weights_read(batch)
         more_read = self.weights_read(batch * q) - one_read + k * draft_read
         more_kv = batch * f.kv_per_token * (q - 1.0 + k * share * (kv_tokens_held(m, context) + 1.0))

@@ -7,7 +7,9 @@ of the system (one pipeline stage: a replica is ``tp`` devices), and the clients
 by :func:`aitrinity.cost.disaggregated.disaggregated_steady_state` -- the same function ``trinity diagnose`` prices
 ``plan.disaggregation`` with -- vectorized over the prefill device counts and the batches of a pair of layouts.
 A candidate is infeasible when a pool's weights, or a decode replica's KV cache at its batch, do not fit in device
-memory, or when it misses a TTFT / TPOT objective. The scenario's dtypes and exchanges apply to every candidate;
+memory, or when it misses a TTFT / TPOT objective. A row is the steady state alone: ``diagnose`` also holds each
+phase at or above its ledger's roofline, which rarely binds (a speculative decoder's HBM bytes per token can, by
+about 0.1%). The scenario's dtypes and exchanges apply to every candidate;
 the aggregated search (:mod:`aitrinity.plan.search_serving`) is what to compare it with.
 """
 
@@ -104,7 +106,7 @@ def search_splits(
 ) -> SplitSearchResult:
     """Every split of ``system`` into a prefill and a decode pool (module doc), best first by ``objective``."""
     k = kernels or roofline(system.device)
-    qplan, _ = effects(base)
+    qplan, fx = effects(base)
     prof = profile(system.engine)
     link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
     n = system.num_devices
@@ -150,6 +152,7 @@ def search_splits(
                 job.output_tokens,
                 prof,
                 token_budget=base.prefill_chunk_tokens,
+                speculation=fx.speculation,
             )
             rate = ds.output_tokens_per_s
             reason = np.zeros(pd.shape, dtype=np.int64)
