@@ -340,8 +340,7 @@ def _layout(pool: _Pool, dtype: str, engine: str) -> Layout:
 def _kv_link(dev: DeviceSpec, gpus: int) -> KVLink:
     """NVLink when both pools fit in one NVLink domain of the GPU, else its scale-out NIC; at the link's efficiency."""
     name = dev.typical_intra_node_link if gpus <= dev.typical_devices_per_node else dev.typical_inter_node_link
-    link = catalog.link(name)
-    return KVLink(link.bandwidth_Bps * link.efficiency, link.latency_s, link.name)
+    return KVLink.of(catalog.link(name))
 
 
 def summarize(priced: list[PricedRun]) -> list[GroupStats]:

@@ -138,9 +138,7 @@ def steady_state(
     alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
     if speculation is not None:  # a verification step and its drafts, per output token
-        verify = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
-        per = 1.0 / speculation.tokens_per_step
-        dec = StepTimes(*(getattr(verify, f) * per for f in OPERATOR_CLASSES))
+        dec = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
     tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
     steps = prof.prefill_steps * mix.total
     wave = prof.batch_wait * (c - 1.0) / 2.0 * alone

@@ -44,6 +44,7 @@ from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor
 from aitrinity.cost.operators import OPERATOR_CLASSES, Layout, StepShape, StepTimes, step_times
 from aitrinity.cost.speculation import Speculation, speculative_step
+from aitrinity.spec.hardware import LinkSpec
 from aitrinity.spec.model import ModelSpec
 
 _OUTER = 12
@@ -81,6 +82,11 @@ class KVLink:
     bandwidth_Bps: float
     latency_s: float = 0.0
     name: str = ""
+
+    @classmethod
+    def of(cls, spec: LinkSpec) -> KVLink:
+        """A catalog link at its achievable bandwidth (``bandwidth_Bps x efficiency``)."""
+        return cls(spec.bandwidth_Bps * spec.efficiency, spec.latency_s, spec.name)
 
 
 @dataclass(frozen=True)
@@ -164,9 +170,7 @@ def disaggregated_steady_state(
     def decode_at(n: Array) -> StepTimes:
         if speculation is None:
             return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
-        step = speculative_step(m, k, decode.layout, np.maximum(n, 1.0), ctx, speculation, prof.step_overhead_s)
-        per = 1.0 / speculation.tokens_per_step
-        return StepTimes(*(getattr(step, f) * per for f in OPERATOR_CLASSES))
+        return speculative_step(m, k, decode.layout, np.maximum(n, 1.0), ctx, speculation, prof.step_overhead_s)
 
     def prefill_latency(x: Array) -> Array:
         beta = np.minimum(np.maximum(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0), b)

@@ -37,7 +37,7 @@ def kv_link(d: Disaggregation, system: System) -> KVLink:
     """The link a prompt's KV crosses: ``kv_link`` if named, else NVLink within one node, the NIC beyond."""
     inter = d.kv_link == "inter_node" or (d.kv_link is None and system.num_devices > system.devices_per_node)
     spec = system.inter_node_link if inter and system.inter_node_link is not None else system.intra_node_link
-    return KVLink(spec.bandwidth_Bps * spec.efficiency, spec.latency_s, spec.name)
+    return KVLink.of(spec)
 
 
 def _label(lay: Layout) -> str:

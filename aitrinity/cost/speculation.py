@@ -60,11 +60,11 @@ def speculative_step(
     step_overhead_s: float = 0.0,
 ) -> StepTimes:
     """One verification step of ``sequences`` sequences with the ``k`` draft passes before it, by operator class
-    (module doc): the time of ``E`` output tokens per sequence."""
+    (module doc), over the ``E`` tokens it yields: the decode time per output token."""
     c = np.asarray(sequences, dtype=np.float64)
     rows = step_times(m, k, lay, StepShape(c * (spec.draft_tokens + 1), context), step_overhead_s)
     once = step_times(m, k, lay, StepShape(c, context))  # attention reads each sequence's KV once
     draft = step_times(draft_model(m, spec), k, lay, StepShape(c, context))
     parts = {f: getattr(rows, f) + spec.draft_tokens * getattr(draft, f) for f in OPERATOR_CLASSES}
     parts["attention"] = once.attention + spec.draft_tokens * draft.attention
-    return StepTimes(**parts)
+    return StepTimes(**{f: t / spec.tokens_per_step for f, t in parts.items()})
