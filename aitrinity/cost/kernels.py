@@ -285,7 +285,8 @@ class TableKernels:
         """Each group as the table's GEMM less one launch (the derived parameters' ``launch_s``: the table's
         smallest latency), plus one launch."""
         launch = self.fallback.params.gemm_for(dtype).launch_s
-        return launch + _as(groups) * np.maximum(self.gemm(m, n, k, dtype) - launch, 0.0)
+        out: np.ndarray = launch + _as(groups) * np.maximum(self.gemm(m, n, k, dtype) - launch, 0.0)
+        return out
 
     def _attention(self, head_dim: int, kv_dtype: str) -> AttentionTables | None:
         at = self.attention.get((head_dim, kv_dtype)) or self.attention.get((head_dim, "bf16"))

@@ -172,7 +172,8 @@ def _attention(
             return t
         w = float(window)
         kept = np.where(s <= w, s * (s + 1.0) / 2.0, w * (w + 1.0) / 2.0 + (s - w) * w)
-        return t * kept / (s * (s + 1.0) / 2.0)
+        out: np.ndarray = t * kept / (s * (s + 1.0) / 2.0)
+        return out
 
     s = np.maximum(plen, 1.0)
     pre = causal(s + prefix)

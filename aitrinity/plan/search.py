@@ -303,7 +303,9 @@ def complexity(rows: Rows) -> np.ndarray:
 
 def rank(score: np.ndarray, hbm: np.ndarray, simple: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``idx`` ordered best first: objective, then fewer techniques, then less device memory, then row order."""
-    return idx[np.lexsort((idx, quantize(hbm[idx]), simple[idx], quantize(score[idx])))]
+    order: np.ndarray = np.lexsort((idx, quantize(hbm[idx]), simple[idx], quantize(score[idx])))
+    ranked: np.ndarray = idx[order]
+    return ranked
 
 
 def search_training(

@@ -61,7 +61,7 @@ def tiny_llama(
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
+    model = LlamaForCausalLM(cfg)  # type: ignore[no-untyped-call]
     return model.to(dtype=dtype).eval()  # type: ignore[call-arg]
 
 
