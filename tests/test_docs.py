@@ -18,9 +18,18 @@ def test_readme_opens_with_exactly_two_setup_commands():
     first = re.search(r"```bash\n(.*?)```", text, re.S)
     assert first and text.index(first.group(0)) < text.index("\n## ")
     commands = [line for line in first.group(1).splitlines() if line.strip()]
-    assert commands == ["pip install -e . && trinity diagnose", "pip install -e '.[dev]' && pytest -q"]
+    unmatched = "torchvision torchaudio torchcodec"
+    assert commands == [
+        "pip install -e . && trinity diagnose",
+        f"pip install -e '.[dev]' && pip uninstall -y {unmatched} && pytest -q",
+    ]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install --quiet -e '.[dev]'" in ci and "python -m pytest -q" in ci
+    steps = [
+        "python -m pip install --quiet -e '.[dev]'",
+        f"python -m pip uninstall --quiet -y {unmatched}",
+        "python -m pytest -q",
+    ]
+    assert all(s in ci for s in steps) and [ci.index(s) for s in steps] == sorted(ci.index(s) for s in steps)
 
 
 def test_examples_readme_embeds_the_builtin_scenarios_verbatim():

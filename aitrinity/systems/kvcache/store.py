@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class Fetched:
     tags: list[str]
     sources: list[str]
     miss: str | None
+    seconds: list[float] = field(default_factory=list)
+    """Wall time of each block's read (checksum included)."""
 
     @property
     def blocks(self) -> int:
@@ -203,6 +206,11 @@ class KVStore:
 
     # ------------------------------------------------------------------ reads
 
+    def has(self, key: bytes) -> bool:
+        """Whether some tier indexes ``key`` (no data read, no policy update)."""
+        with self._lock:
+            return self._level_of(key) >= 0
+
     def _level_of(self, key: bytes) -> int:
         return next((i for i, ix in enumerate(self.index) if ix.contains(key)), -1)
 
@@ -221,13 +229,14 @@ class KVStore:
     def lookup(self, bk: BlockKeys) -> Lookup:
         """How much of the prefix is cached, and where (no data read, no policy update)."""
         names = [t.tier.name for t in self.tiers]
+        up = [getattr(t.tier, "available", True) for t in self.tiers]  # a down tier's blocks cannot be read now
         with self._lock:
-            per = {name: ix.prefix(bk.keys) for name, ix in zip(names, self.index, strict=True)}
+            per = {name: ix.prefix(bk.keys) if ok else 0 for name, ix, ok in zip(names, self.index, up, strict=True)}
             if len(self.index) == 1:
                 sources = [names[0]] * per[names[0]]
             else:
                 sources = []
-                tests = [(ix.contains, name) for ix, name in zip(self.index, names, strict=True)]
+                tests = [(ix.contains, name) for ix, name, ok in zip(self.index, names, up, strict=True) if ok]
                 for k in bk.keys:
                     name = next((n for has, n in tests if has(k)), None)
                     if name is None:
@@ -245,6 +254,7 @@ class KVStore:
         keys = bk.keys[: len(bk.keys) if max_blocks is None else max_blocks]
         out = Fetched([], [], [], None)
         for j, key in enumerate(keys):
+            t0 = time.perf_counter()
             got = self._read(key)
             if isinstance(got, str) or got is None:
                 out.miss = got or self._why(bk, j)
@@ -255,6 +265,7 @@ class KVStore:
             out.payloads.append(payload)
             out.tags.append(tag)
             out.sources.append(self.tiers[lv].tier.name)
+            out.seconds.append(time.perf_counter() - t0)
             self.stats.hits += 1
         return out
 

@@ -77,3 +77,5 @@ def test_dead_server_is_a_miss_not_an_exception(redis_server):
     assert got.blocks == 0 and "tier unavailable" in got.miss
     assert put_prompt(s, k, list(range(100, 116)), size=60) == 4  # writes still land in memory
     assert not tier.available
+    look = s.lookup(k.keys(toks))  # still indexed, but a lookup claims nothing a read would fail on
+    assert look.blocks == 0 and look.per_tier["redis"] == 0 and "tier unavailable" in (look.miss or "")

@@ -64,8 +64,10 @@ def test_write_back_demotes_and_promotes(tmp_path):
     s.put_blocks(a, [payload(a.keys[0])])
     s.put_blocks(b, [payload(b.keys[0])])  # a demoted to disk
     assert s.lookup(a).sources == ["disk"] and s.lookup(b).sources == ["memory"]
+    assert s.has(a.keys[0]) and not s.has(k.keys([9, 9, 9, 9]).keys[0])
     got = s.fetch(a)
     assert got.sources == ["disk"] and bytes(got.payloads[0]) == payload(a.keys[0])
+    assert len(got.seconds) == 1 and got.seconds[0] > 0  # each block's read is timed (the connector's rates)
     # promoted (moved) to memory, which demoted b
     assert s.lookup(a).sources == ["memory"] and s.lookup(b).sources == ["disk"]
     assert s.stats.promotions == 1 and s.stats.demotions == 2

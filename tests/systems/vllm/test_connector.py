@@ -1,0 +1,200 @@
+"""aitrinity's store as a vLLM KV connector, on the real CPU engine (one engine per process, three in all).
+
+Engine 0 runs without the connector: its greedy (and seeded sampled) tokens
+are the reference. Engine A runs with the connector over memory + disk +
+Redis (write-through) and prefix caching off: cold prompts are computed and
+saved, a repeated batch is loaded. Between A and B the test removes one
+prompt's blocks from disk, another's from Redis, and corrupts a disk block of
+a third. Engine B, a new process with prefix caching on, must load each from
+the tier that still holds it, recompute the corrupt block, and keep
+answering after Redis is killed. Every answer equals engine 0's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.systems.kvcache.conftest import start_redis
+
+DRIVER = Path(__file__).with_name("engine_driver.py")
+GREEDY = {"temperature": 0.0, "max_tokens": 8}
+SAMPLED = {"temperature": 1.0, "top_p": 0.9, "max_tokens": 8, "seed": 7}
+
+
+def _prompt(seed: int, n: int) -> list[int]:
+    return [int(x) for x in np.random.default_rng(seed).integers(3, 2048, n)]
+
+
+P1, P2, P3, P5 = (_prompt(s, 5 * 128 + 40) for s in (1, 2, 3, 5))
+SHARED = _prompt(9, 6 * 128)
+BATCH = [SHARED + _prompt(100 + i, 60) for i in range(4)]  # 90%+ shared prefix, batch of 4
+
+
+def _run(tmp: Path, name: str, plan: dict[str, Any]) -> dict[str, Any]:
+    src, out = tmp / f"{name}.plan.json", tmp / f"{name}.out.json"
+    src.write_text(json.dumps(plan))
+    p = subprocess.run([sys.executable, str(DRIVER), str(src), str(out)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("vllm", reason="the vLLM engine is an extra: pip install -e '.[vllm]'")
+    from aitrinity.systems.vllm import transfer_config
+    from aitrinity.systems.vllm.tiny import tiny_model
+
+    tmp = tmp_path_factory.mktemp("vllm")
+    model = str(tiny_model(tmp / "model"))
+    redis = start_redis()
+    disk = str(tmp / "disk")
+    tiers = [
+        {"kind": "memory", "capacity_bytes": 256 << 20},
+        {"kind": "disk", "path": disk},
+        {"kind": "redis", "url": redis.url},
+    ]
+    where = {"disk": disk, "redis": redis.url}
+    try:
+        ref = _run(
+            tmp,
+            "ref",
+            {
+                "model": model,
+                "phases": [
+                    {"name": "each", "prompts": [P1, P2, P3, P5]},
+                    {"name": "batch", "prompts": BATCH},
+                    {"name": "sampled", "prompts": [P1], "sampling": SAMPLED},
+                ],
+            },
+        )
+        a = _run(
+            tmp,
+            "a",
+            {
+                "model": model,
+                "connector": transfer_config(tiers, write="through", engine_id=f"a-{uuid.uuid4()}"),
+                "phases": [
+                    {"name": p, "prompts": [x], **where} for p, x in (("p1", P1), ("p2", P2), ("p3", P3), ("p5", P5))
+                ]
+                + [
+                    {"name": "batch-cold", "prompts": BATCH},
+                    {"name": "batch-warm", "prompts": BATCH},
+                    {"name": "sampled", "prompts": [P1], "sampling": SAMPLED},
+                ],
+            },
+        )
+        ph = a["phases"]
+
+        def new(name: str, prev: str, tier: str) -> list[str]:
+            return sorted(set(ph[name][tier]) - set(ph[prev][tier] if prev else []))
+
+        import redis as redis_client
+
+        r = redis_client.Redis.from_url(redis.url)
+        for f in new("p2", "p1", "disk") + new("p5", "p3", "disk"):
+            Path(f).unlink()  # P2 and P5 now only in Redis
+        for k in new("p1", "", "redis") + new("p3", "p2", "redis"):
+            r.delete(k)  # P1 and P3 now only on disk
+        p3_disk = new("p3", "p2", "disk")
+        corrupt = _corrupt_third_block(p3_disk, ph["p3"]["stats"])
+        b = _run(
+            tmp,
+            "b",
+            {
+                "model": model,
+                "prefix_caching": True,
+                "connector": transfer_config(tiers, write="through", engine_id=f"b-{uuid.uuid4()}"),
+                "phases": [
+                    {"name": "p1", "prompts": [P1]},
+                    {"name": "p2", "prompts": [P2]},
+                    {"name": "p3", "prompts": [P3]},
+                    {"name": "p5-redis-killed", "prompts": [P5], "kill_pid": redis.proc.pid},
+                    {"name": "p1-again", "prompts": [P1]},
+                ],
+            },
+        )
+        return {"ref": ref, "a": a, "b": b, "corrupt": corrupt, "p3_disk": p3_disk}
+    finally:
+        if redis.proc.poll() is None:
+            redis.kill()
+
+
+def _corrupt_third_block(files: list[str], stats: dict[str, Any]) -> str:
+    """Flip the last payload byte of P3's third block (files are named by key; order by write time)."""
+    by_time = sorted(files, key=lambda f: Path(f).stat().st_mtime_ns)
+    target = Path(by_time[2])
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return str(target)
+
+
+def test_greedy_tokens_equal_without_the_connector(runs: dict[str, Any]) -> None:
+    ref, a, b = runs["ref"]["phases"], runs["a"]["phases"], runs["b"]["phases"]
+    each = ref["each"]["tokens"]
+    assert [a[p]["tokens"][0] for p in ("p1", "p2", "p3", "p5")] == each
+    assert a["batch-cold"]["tokens"] == ref["batch"]["tokens"]
+    assert a["batch-warm"]["tokens"] == ref["batch"]["tokens"]
+    assert [b[p]["tokens"][0] for p in ("p1", "p2", "p3", "p5-redis-killed", "p1-again")] == [
+        each[0],
+        each[1],
+        each[2],
+        each[3],
+        each[0],
+    ]
+
+
+def test_seeded_sampling_equal_with_a_loaded_prefix(runs: dict[str, Any]) -> None:
+    a = runs["a"]["phases"]
+    assert a["sampled"]["cached"] == [5 * runs["a"]["block_size"]]  # P1's five full blocks came from the store
+    assert a["sampled"]["tokens"] == runs["ref"]["phases"]["sampled"]["tokens"]
+
+
+def test_a_batch_loads_its_shared_prefix_and_the_counts_agree(runs: dict[str, Any]) -> None:
+    a = runs["a"]["phases"]
+    block = runs["a"]["block_size"]
+    # the first prompt computes the shared prefix; a prompt scheduled after its blocks were saved loads them
+    assert a["batch-cold"]["cached"][0] == 0
+    assert set(a["batch-cold"]["cached"]) <= {0, 6 * block}
+    assert a["batch-warm"]["cached"] == [6 * block] * 4  # the 6 shared blocks (each prompt's own tail is < 1 block)
+    for prev, now in (("p5", "batch-cold"), ("batch-cold", "batch-warm")):
+        loaded = a[now]["stats"]["loaded_tokens"] - a[prev]["stats"]["loaded_tokens"]
+        assert loaded == sum(a[now]["cached"])  # vLLM's count and the store's agree
+
+
+def test_a_second_engine_loads_from_disk_and_from_redis(runs: dict[str, Any]) -> None:
+    b = runs["b"]["phases"]
+    block = runs["b"]["block_size"]
+    assert b["p1"]["cached"] == [5 * block]
+    assert b["p1"]["stats"]["loaded_by_tier"] == {"disk": 5 * block}
+    assert b["p2"]["cached"] == [5 * block]
+    assert b["p2"]["stats"]["loaded_by_tier"] == {"disk": 5 * block, "redis": 5 * block}
+    assert b["p2"]["stats"]["loaded_tokens"] == 10 * block
+
+
+def test_a_corrupt_block_is_recomputed_never_served(runs: dict[str, Any]) -> None:
+    b = runs["b"]["phases"]
+    block = runs["b"]["block_size"]
+    s2, s3 = b["p2"]["stats"], b["p3"]["stats"]
+    assert s3["corrupt"] - s2["corrupt"] == 1
+    assert s3["loaded_tokens"] - s2["loaded_tokens"] == 2 * block  # blocks 0 and 1; the third failed its checksum
+    assert s3["failed_blocks"] - s2["failed_blocks"] == 3  # the corrupt block and the two after it
+    assert not Path(runs["corrupt"]).exists()  # the disk tier removed the bad file
+
+
+def test_redis_killed_mid_run_requests_still_answered(runs: dict[str, Any]) -> None:
+    b = runs["b"]["phases"]
+    s = b["p5-redis-killed"]["stats"]
+    assert s["loaded_tokens"] == b["p3"]["stats"]["loaded_tokens"]  # nothing came from the dead tier
+    assert b["p5-redis-killed"]["tokens"][0] == runs["ref"]["phases"]["each"]["tokens"][3]
+    # vLLM's own prefix cache (on in engine B) serves the repeat; the connector loads nothing more
+    assert b["p1-again"]["cached"] == [5 * runs["b"]["block_size"]]
+    assert b["p1-again"]["stats"]["loaded_tokens"] == s["loaded_tokens"]
