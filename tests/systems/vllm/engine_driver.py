@@ -3,7 +3,7 @@
 ``python engine_driver.py PLAN.json OUT.json``. The engine is vLLM's offline
 ``LLM`` on the CPU; prompts are token-id lists. After each phase it records the
 outputs, vLLM's per-request cached-token counts, the connector worker's
-counters (asked over its lookup socket), and the disk tier's files and the
+counters (asked over its lookup socket; its key salt once), and the disk tier's files and the
 Redis tier's keys, so the test can tamper with exactly one phase's blocks.
 The ``__main__`` guard matters: the engine spawns processes.
 """
@@ -55,6 +55,9 @@ def main() -> None:
     block = llm.llm_engine.vllm_config.cache_config.block_size
     result: dict[str, Any] = {"start_s": time.perf_counter() - t0, "block_size": block, "phases": {}}
     client = LookupClient(socket_path(tc["engine_id"])) if tc else None
+    if client is not None:
+        hello = client.hello()
+        result["key_extra"] = hello["extra"] if hello else None  # what the worker salts its block keys with
     for ph in plan["phases"]:
         if ph.get("kill_pid"):
             os.kill(ph["kill_pid"], signal.SIGKILL)

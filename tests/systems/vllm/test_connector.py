@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aitrinity.systems.kvcache.keys import BlockKeys, Keyer
 from tests.systems.kvcache.conftest import start_redis
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
@@ -104,7 +105,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for k in new("p1", "", "redis") + new("p3", "p2", "redis"):
             r.delete(k)  # P1 and P3 now only on disk
         p3_disk = new("p3", "p2", "disk")
-        corrupt = _corrupt_third_block(p3_disk, ph["p3"]["stats"])
+        corrupt = _corrupt_third_block(p3_disk, Keyer.of("", a["block_size"], **a["key_extra"]).keys(P3))
         b = _run(
             tmp,
             "b",
@@ -127,10 +128,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             redis.kill()
 
 
-def _corrupt_third_block(files: list[str], stats: dict[str, Any]) -> str:
-    """Flip the last payload byte of P3's third block (files are named by key; order by write time)."""
-    by_time = sorted(files, key=lambda f: Path(f).stat().st_mtime_ns)
-    target = Path(by_time[2])
+def _corrupt_third_block(files: list[str], keys: BlockKeys) -> str:
+    """Flip the last payload byte of P3's third block (the disk tier names a file by its block's key)."""
+    (target,) = (Path(f) for f in files if Path(f).name == keys.keys[2].hex() + ".kvb")
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
