@@ -87,7 +87,7 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
         def loss(x: np.ndarray, prepared: list = prepared) -> float:
             if (x < 0).any() or x[0] > 0.02 or x[4] > 0.5 or x[2] < 1.0:  # its own step at least
                 return 1e9
-            prof = EngineProfile(*x)
+            prof = EngineProfile(*x)  # the five fitted constants (sequence_overhead_s stays 0 on GPUs)
             e_tpot, e_ttft = [], []
             for m, k, lay, rs in prepared:
                 ss = steady_state(m, k, lay, [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs], prof)
@@ -95,7 +95,7 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
                 e_ttft.extend(ss.ttft_s / np.array([r.ttft_ms * 1e-3 for r in rs]) - 1)
             return float(np.mean(np.abs(e_tpot)) + np.mean(np.abs(e_ttft)))
 
-        x0 = np.array(astuple(ENGINE_PROFILES.get(engine, ENGINE_PROFILES["generic"])), dtype=float)
+        x0 = np.array(astuple(ENGINE_PROFILES.get(engine, ENGINE_PROFILES["generic"]))[:5], dtype=float)
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 600, "xatol": 1e-5, "fatol": 1e-4})
         fitted[engine] = EngineProfile(*(float(v) for v in res.x))
         print(f"fit {engine}: {fitted[engine]} loss {res.fun:.3f} ({len(mine)} runs)", file=sys.stderr)

@@ -7,10 +7,11 @@ Agrawal et al. 2024). A request's life is its TTFT and then ``osl - 1`` decode s
 ``T = TTFT + (osl - 1)·TPOT`` and the system completes ``c / T`` requests per second (Little's law).
 
 TPOT -- the mean step a decoding request sits in. With ``c`` requests alive, each step decodes ``c``
-tokens; every request also brings ``isl`` prompt tokens once per ``osl`` steps, so on average a step
-carries ``c/osl`` prompts' prefill work on top (the amortised share that the measured TPOT includes):
+tokens; every other request also brings ``isl`` prompt tokens once per ``osl`` steps, so on average a
+step of a decoding request carries ``(c-1)/osl`` prompts' prefill work on top (the amortised share that
+the measured TPOT includes; a request's own prompt is in its TTFT, so a lone client's TPOT has none):
 
-    TPOT = t_step(decode c) + f_mix · (c / osl) · [t_step(decode c-1, prefill 1) - t_step(decode c)]
+    TPOT = t_step(decode c) + f_mix · ((c-1) / osl) · [t_step(decode c-1, prefill 1) - t_step(decode c)]
 
 TTFT -- the prefill and the waits before it:
 
@@ -45,7 +46,7 @@ from aitrinity.spec.model import ModelSpec
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """An engine's scheduling behaviour in five numbers (see module doc)."""
+    """An engine's scheduling behaviour and host time (see module doc)."""
 
     step_overhead_s: float
     """Host-side time per step (scheduler, sampling, input preparation) on top of the kernels."""
@@ -57,15 +58,20 @@ class EngineProfile:
     """``w_batch``: weight of the wait behind the other prompts of a synchronised wave."""
     request_overhead_s: float = 0.0
     """``t_request``: per-request time outside the GPU before the first token (HTTP, tokenization)."""
+    sequence_overhead_s: float = 0.0
+    """Host time per sequence in a step (sampling, input preparation that grows with the batch); 0 for the
+    GPU-fitted profiles, whose ``step_overhead_s`` absorbs it. ``benchmarks/bench_vllm.py`` measures it for
+    vLLM's CPU engine."""
 
 
 ENGINE_PROFILES: dict[str, EngineProfile] = {
-    "trtllm": EngineProfile(0.228e-3, 0.886, 2.863, 0.102, 0.0517),
-    "vllm": EngineProfile(1.192e-3, 0.988, 1.0, 0.145, 0.0432),
-    "sglang": EngineProfile(1.009e-3, 0.497, 3.488, 0.905, 0.0326),
-    "generic": EngineProfile(0.810e-3, 0.790, 2.450, 0.384, 0.0425),
+    "trtllm": EngineProfile(0.264e-3, 0.910, 2.860, 0.102, 0.0517),
+    "vllm": EngineProfile(1.274e-3, 1.017, 1.0, 0.145, 0.0430),
+    "sglang": EngineProfile(1.096e-3, 0.503, 3.475, 0.905, 0.0325),
+    "generic": EngineProfile(0.878e-3, 0.810, 2.445, 0.384, 0.0424),
 }
-"""Fitted on ``serving_h100_dense.csv`` (579 runs, H100, 2026-12-03) by ``benchmarks/bench_silicon.py --fit``
+"""Fitted on ``serving_h100_dense.csv`` (579 runs, H100; re-fitted 2026-12-04 when TPOT's interference became the
+other ``c - 1`` clients' prompts, which lowered each engine's loss) by ``benchmarks/bench_silicon.py --fit``
 with the measured kernel tables, ``prefill_steps >= 1`` (a prompt takes at least its own step); ``generic`` (an
 engine not named) is the mean of the three."""
 
@@ -115,7 +121,7 @@ def steady_state(
     rate ``h`` computes ``1 - h`` of it; the context attended to stays the whole prompt). ``speculation``: a
     speculative decoder (:mod:`aitrinity.cost.speculation`); each decode step is then a verification step with its
     drafts, yielding ``E`` tokens, and the decode step reported is its share per output token. The prompts that
-    share the steps cost the same per output token (``c·E/osl`` of them per step, ``E`` tokens a step)."""
+    share the steps cost the same per output token (``(c-1)·E/osl`` of them per step, ``E`` tokens a step)."""
     prof = engine or profile(lay.engine)
     c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
     s_in = np.asarray(isl, dtype=np.float64)
@@ -133,13 +139,13 @@ def steady_state(
         prefill_len=np.stack([one, s_new, s_new]),
         prefill_prefix=np.stack([zero, cached, cached]),
     )
-    steps3 = step_times(m, k, lay, shape, prof.step_overhead_s)
+    steps3 = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s)
     dec, mix, lone = (StepTimes(*(getattr(steps3, f)[i] for f in OPERATOR_CLASSES)) for i in range(3))
     alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
     if speculation is not None:  # a verification step and its drafts, per output token
         dec = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
-    tpot = dec.total + prof.prefill_interference * (c / s_out) * extra
+    tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
     steps = prof.prefill_steps * mix.total
     wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave

@@ -419,15 +419,19 @@ class MixedKernels:
 
 
 def generic_params(dev: DeviceSpec) -> KernelParams:
-    """Compact parameters for a device whose catalog entry has none: its efficiency figures, a 5 µs launch
-    and its memory efficiency; an all-reduce at NVLink-class latency (an assumption, said in ``source``)."""
+    """Compact parameters for a device whose catalog entry has none: its efficiency figures, a launch of
+    its measured per-operator overhead (``efficiency.op_overhead_s``, which ``trinity calibrate`` measures)
+    or else 5 µs, and its memory efficiency; an all-reduce at NVLink-class latency (an assumption, said in
+    ``source``)."""
     eff = dev.efficiency
-    gemm = GemmParams(efficiency=eff.compute, half_rows=eff.compute_half_rows, launch_s=5e-6)
+    launch = eff.op_overhead_s or 5e-6
+    said = f"{launch * 1e6:.3g} µs launches (measured)" if eff.op_overhead_s else "5 µs launches"
+    gemm = GemmParams(efficiency=eff.compute, half_rows=eff.compute_half_rows, launch_s=launch)
     return KernelParams(
-        source=f"generic: {dev.name}'s efficiency figures, 5 µs launches (no kernel tables derived)",
+        source=f"generic: {dev.name}'s efficiency figures, {said} (no kernel tables derived)",
         gemm={"bf16": gemm},
         attention=AttentionParams(
-            prefill_efficiency=eff.compute * 0.6, decode_memory_efficiency=eff.memory, launch_s=5e-6
+            prefill_efficiency=eff.compute * 0.6, decode_memory_efficiency=eff.memory, launch_s=launch
         ),
         all_reduce={n: CollectiveParams(latency_s=10e-6 * n / 2, bus_bandwidth_Bps=150e9) for n in (2, 4, 8)},
         memory_efficiency=eff.memory,

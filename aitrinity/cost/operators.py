@@ -250,8 +250,16 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     return out
 
 
-def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhead_s: float = 0.0) -> StepTimes:
-    """Time of one engine step on one TP rank, by operator class (see module doc)."""
+def step_times(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    s: StepShape,
+    step_overhead_s: float = 0.0,
+    sequence_overhead_s: float = 0.0,
+) -> StepTimes:
+    """Time of one engine step on one TP rank, by operator class (see module doc). The engine's host time is
+    ``step_overhead_s`` plus ``sequence_overhead_s`` per sequence the step runs (decodes and prompts)."""
     dec = np.asarray(s.decode, dtype=np.float64)
     ctx = np.asarray(s.context, dtype=np.float64)
     nps = np.asarray(s.prefill_seqs, dtype=np.float64)
@@ -289,7 +297,7 @@ def step_times(m: ModelSpec, k: Kernels, lay: Layout, s: StepShape, step_overhea
             comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, tp * lay.dp)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
-    engine = np.full(shape, float(step_overhead_s))
+    engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)
     attention = layers * attn
     if m.local_layers and m.sliding_window:  # local layers attend within the window (Mistral, Gemma, gpt-oss)
         local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.sliding_window)

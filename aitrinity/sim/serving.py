@@ -94,6 +94,8 @@ class OperatorStep:
     kernels: Kernels
     layout: Layout
     step_overhead_s: float = 0.0
+    sequence_overhead_s: float = 0.0
+    """Host time per sequence in an iteration (:attr:`aitrinity.cost.concurrency.EngineProfile.sequence_overhead_s`)."""
     _memo: dict[tuple[int, int, int, int, int], float] = field(default_factory=dict, compare=False, repr=False)
 
     CONTEXT_GRAIN = 32
@@ -105,7 +107,11 @@ class OperatorStep:
         hit = self._memo.get(key)
         if hit is None:
             shape = StepShape(decode, max(key[1] * g, 1.0), chunks, max(chunk_tokens, 1.0), key[4] * g)
-            hit = float(step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total)
+            hit = float(
+                step_times(
+                    self.model, self.kernels, self.layout, shape, self.step_overhead_s, self.sequence_overhead_s
+                ).total
+            )
             self._memo[key] = hit
         return hit
 
@@ -118,7 +124,9 @@ class OperatorStep:
         missing = np.flatnonzero(np.isnan(out))
         if len(missing):
             shape = StepShape(decode, np.maximum(grains[missing] * g, 1.0), 0, 1.0)
-            priced = step_times(self.model, self.kernels, self.layout, shape, self.step_overhead_s).total
+            priced = step_times(
+                self.model, self.kernels, self.layout, shape, self.step_overhead_s, self.sequence_overhead_s
+            ).total
             out[missing] = priced
             for k, t in zip(grains[missing], priced, strict=True):
                 self._memo[(decode, int(k), 0, 0, 0)] = float(t)

@@ -45,3 +45,22 @@ def test_every_engine_has_a_profile_and_an_unknown_one_gets_the_generic():
     a = steady_state(m, k, Layout(engine="no-such-engine"), 8, 1024, 128)
     b = steady_state(m, k, Layout(engine="generic"), 8, 1024, 128)
     assert float(a.tpot_s) == float(b.tpot_s)
+
+
+def test_a_lone_client_pays_no_other_prompt_in_its_tpot(setup):
+    m, k, lay = setup
+    ss = steady_state(m, k, lay, np.array([1.0, 2.0, 9.0]), 4096, 32)
+    assert float(ss.tpot_s[0]) == pytest.approx(float(ss.decode_step.total[0]))  # its own prompt is in its TTFT
+    extra = ss.mixed_step.total - ss.decode_step.total
+    f = ENGINE_PROFILES["vllm"].prefill_interference
+    assert ss.interference_s[1:] == pytest.approx(f * np.array([1.0, 8.0]) / 32 * extra[1:])  # the c - 1 others
+
+
+def test_host_time_per_sequence_grows_with_the_batch(setup):
+    m, k, lay = setup
+    base = EngineProfile(1e-3, 0.0, 1.0, 0.0)
+    per = EngineProfile(1e-3, 0.0, 1.0, 0.0, sequence_overhead_s=2e-4)
+    a = steady_state(m, k, lay, np.array([1.0, 16.0]), 512, 64, base)
+    b = steady_state(m, k, lay, np.array([1.0, 16.0]), 512, 64, per)
+    assert b.decode_step.engine - a.decode_step.engine == pytest.approx([2e-4, 16 * 2e-4])
+    assert b.mixed_step.engine - a.mixed_step.engine == pytest.approx([2e-4, 16 * 2e-4])  # c - 1 decodes + 1 prompt

@@ -87,3 +87,16 @@ def test_a_device_without_derived_parameters_gets_generic_ones_that_say_so():
     k = silicon.roofline(dev)
     assert "generic" in k.params.source
     assert float(k.gemm(1, 4096, 4096, "bf16")) > 0
+
+
+def test_a_calibrated_device_launches_at_its_measured_operator_overhead():
+    from aitrinity.cost.kernels import generic_params
+
+    dev = catalog.device("h100-sxm")
+    cpu = dev.model_copy(
+        update={"kernels": None, "efficiency": dev.efficiency.model_copy(update={"op_overhead_s": 9e-6})}
+    )
+    p = generic_params(cpu)
+    assert p.gemm["bf16"].launch_s == 9e-6 and p.attention.launch_s == 9e-6 and "measured" in p.source
+    plain = dev.model_copy(update={"kernels": None})
+    assert generic_params(plain).gemm["bf16"].launch_s == 5e-6  # nothing measured: the 5 µs assumption

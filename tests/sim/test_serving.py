@@ -193,6 +193,8 @@ def test_operator_step_memo_matches_the_operator_model():
     want = float(step_times(m, k, Layout(tp=2), StepShape(16, 1024, 1, 512), 1e-3).total)
     assert step(16, 1024.0, 1, 512.0, 0.0) == pytest.approx(want)
     assert step(16, 1030.0, 1, 512.0, 0.0) == step(16, 1024.0, 1, 512.0, 0.0)  # contexts within the memo grain share
+    per_seq = OperatorStep(m, k, Layout(tp=2), 1e-3, 1e-4)
+    assert per_seq(16, 1024.0, 1, 512.0, 0.0) == pytest.approx(want + 17 * 1e-4)  # 16 decodes and one prompt
 
 
 def test_operator_step_prices_a_decode_stretch_as_each_iteration():
