@@ -66,7 +66,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         [shared + [int(x) for x in rng.integers(3, 2048, args.prompt - args.shared)] for _ in range(args.requests + 1)]
         for _ in configs
     ]
-    tiers = [{"kind": "memory", "capacity_bytes": 1 << 30}, {"kind": "disk", "path": str(work / "disk")}]
+    tiers: list[dict[str, Any]] = [
+        {"kind": "memory", "capacity_bytes": 1 << 30},
+        {"kind": "disk", "path": str(work / "disk")},
+    ]
     rows: list[dict[str, Any]] = []
     reference: list[list[str]] = []
     for i, (name, pc, conn, warm) in enumerate(configs):

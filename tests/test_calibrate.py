@@ -85,3 +85,20 @@ def test_efficiency_curve_fit():
     assert half == pytest.approx(32.0, rel=1e-9)
     flat = {m: 5.0 for m in (16, 64, 256)}
     assert fit_half_rows(flat) == pytest.approx((5.0, 0.0))
+
+
+def test_threads_profile_says_so_and_restores_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    path = tmp_path / "one.yaml"
+    assert main(["calibrate", "--quick", "--threads", "1", "-o", str(path), "--quiet"]) == 0
+    dev = catalog.device(str(path))
+    assert "torch on 1 thread(s)" in dev.source
+    streaming = {m.quantity: m.value for m in dev.measured if m.quantity.startswith("weight streaming")}
+    assert set(streaming) == {"weight streaming", "weight streaming bf16"} and min(streaming.values()) > 1e8
+    assert torch.get_num_threads() == before
+
+
+def test_threads_must_be_positive(capsys):
+    assert main(["calibrate", "--quick", "--threads", "0"]) != 0
+    assert "--threads" in capsys.readouterr().err

@@ -257,6 +257,12 @@ def _add_calibrate(sub: Any) -> None:
     cal.add_argument("-o", "--output", metavar="FILE", help="write the profile here (default: print it)")
     cal.add_argument("--name", help="the profile's device name (default: calibrated-<hostname>)")
     cal.add_argument("--tdp", default="100 W", help="power to assume, not measured (default 100 W)")
+    cal.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads while measuring (default: torch's choice); match an engine that pins fewer cores",
+    )
     cal.add_argument("--json", action="store_true")
 
 
@@ -526,10 +532,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     tdp = units.parse_power(args.tdp)
     if not tdp > 0:
         raise SpecError("--tdp", args.tdp, "a positive power such as 100 W")
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("--threads", args.threads, "a positive number of threads")
     profile = calibrate(
         quick=args.quick,
         name=args.name,
         tdp_W=tdp,
+        threads=args.threads,
         progress=lambda msg: Progress(args.quiet).say(f"measuring {msg}"),
     )
     data = profile.model_dump(mode="json")

@@ -205,20 +205,27 @@ def memory_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
     return 2.0 * n * 8 / t_copy, 5.0 * n * 8 / t_triad
 
 
-def weight_streaming(nbytes: int, repeats: int, window_s: float = 0.1) -> float:
-    """Weight bytes/s a matrix-vector product achieves: (4 x k) @ W^T with W fp32 of ``nbytes``, far beyond the caches.
+def weight_streaming(nbytes: int, repeats: int, window_s: float = 0.1, dtype: str = "fp32") -> float:
+    """Weight bytes/s a matrix-vector product achieves: (4 x k) @ W^T with W of ``nbytes`` in ``dtype``
+    (``fp32``, or ``bf16`` with torch), far beyond the caches.
 
     A decode step is a chain of such products, so this -- not STREAM's copy -- is the memory bandwidth
-    it sees. With torch (``F.linear``, as ``nn.Linear`` calls it) when installed, else numpy.
+    it sees. With torch (``F.linear``, as ``nn.Linear`` calls it) when installed, else numpy (fp32 only).
+    CPU GEMM paths differ by dtype (on the project's VM, one thread: fp32 6 GB/s, bf16 11 GB/s), so a
+    served bf16 model's decode is priced with the bf16 figure (``benchmarks/bench_vllm.py``).
     """
     k = 2048
-    n = max(nbytes // (4 * k), 1)
+    width = {"fp32": 4, "bf16": 2}[dtype]
+    n = max(nbytes // (width * k), 1)
     if _has_torch():
         import torch
         import torch.nn.functional as F
 
-        w, x = torch.randn(n, k), torch.randn(4, k)
-        return n * k * 4 / sustained_time(functools.partial(F.linear, x, w), repeats, window_s)
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        w, x = torch.randn(n, k).to(tdt), torch.randn(4, k).to(tdt)
+        return n * k * width / sustained_time(functools.partial(F.linear, x, w), repeats, window_s)
+    if dtype != "fp32":
+        raise ValueError("weight streaming in bf16 needs torch")
     wn = np.random.default_rng(0).standard_normal((n, k)).astype(np.float32)
     xn = np.random.default_rng(1).standard_normal((4, k)).astype(np.float32)
     return n * k * 4 / sustained_time(lambda: xn @ wn.T, repeats, window_s)
@@ -314,9 +321,36 @@ def codecs(nbytes: int, repeats: int) -> dict[str, float]:
 
 
 def calibrate(
-    quick: bool = False, name: str | None = None, tdp_W: float = 100.0, progress: Callable[[str], None] | None = None
+    quick: bool = False,
+    name: str | None = None,
+    tdp_W: float = 100.0,
+    progress: Callable[[str], None] | None = None,
+    threads: int | None = None,
 ) -> DeviceSpec:
-    """Run every measurement and return the device profile."""
+    """Run every measurement and return the device profile.
+
+    ``threads``: torch's intra-op threads while measuring (default: torch's own choice), to profile the
+    machine as an engine that pins its workers to fewer cores sees it (vLLM's CPU worker binds one OpenMP
+    thread per core it is given); needs torch. Restored afterwards."""
+    if threads is None:
+        return _calibrate(quick, name, tdp_W, progress, None)
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    if not _has_torch():
+        raise ValueError("calibrating with a thread count needs torch (pip install torch)")
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _calibrate(quick, name, tdp_W, progress, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _calibrate(
+    quick: bool, name: str | None, tdp_W: float, progress: Callable[[str], None] | None, threads: int | None
+) -> DeviceSpec:
     s = QUICK if quick else FULL
     say = progress or (lambda _msg: None)
     measured: list[Measurement] = []
@@ -362,6 +396,14 @@ def calibrate(
         "B/s",
         f"{'torch F.linear' if _has_torch() else 'numpy'}: (4 x 2048) @ W^T, W fp32 of {s.memory_bytes >> 20} MiB",
     )
+    if _has_torch():
+        record(
+            "weight streaming bf16",
+            weight_streaming(s.memory_bytes, s.repeats, s.window_s, "bf16"),
+            "B/s",
+            f"torch F.linear: (4 x 2048) @ W^T, W bf16 of {s.memory_bytes >> 20} MiB (not in the profile's memory "
+            "efficiency, which is fp32's)",
+        )
     say("disk")
     write, read = disk_throughput(s.disk_bytes, s.repeats)
     record("disk sequential write", write, "B/s", f"{s.disk_bytes >> 20} MiB in 1 MiB writes + fsync, temp dir")
@@ -383,7 +425,8 @@ def calibrate(
         kind="cpu",
         vendor=platform.processor() or platform.machine() or "unknown",
         source=f"trinity calibrate {'--quick ' if quick else ''}on {platform.node()} ({platform.machine()}, "
-        f"{os.cpu_count()} logical CPUs), {_now()}; TDP not measured (given: {tdp_W:g} W)",
+        f"{os.cpu_count()} logical CPUs{f', torch on {threads} thread(s)' if threads else ''}), {_now()}; "
+        f"TDP not measured (given: {tdp_W:g} W)",
         peak_flops=peaks,
         memory_kind="host DRAM",
         memory_capacity_bytes=float(mem_total),
