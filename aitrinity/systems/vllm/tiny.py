@@ -31,7 +31,9 @@ def tiny_model(
     """Write the model folder (bf16 weights) and return its path."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+
+    from aitrinity.systems.kvcache.hf import tiny_llama
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,19 +44,17 @@ def tiny_model(
     special = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special)  # type: ignore[no-untyped-call]
     fast.save_pretrained(out)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
+    model = tiny_llama(
+        seed,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        intermediate=intermediate,
+        vocab=vocab,
+        max_positions=max_positions,
+        dtype=torch.bfloat16,
     )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)  # type: ignore[no-untyped-call, arg-type]
+    model.config.bos_token_id, model.config.eos_token_id = 1, 2
     model.save_pretrained(out)
     return out
