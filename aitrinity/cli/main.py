@@ -33,6 +33,7 @@ EPILOG = """examples:
   trinity kv replay data/traces/mooncake_conversation_trace.jsonl --capacity 1M,3M,unbounded
   trinity kv plan data/traces/mooncake_conversation_trace.jsonl --target 0.3   prefix-cache capacity per tier
   trinity calibrate --quick -o me.yaml      measure this machine; use me.yaml as a device
+  trinity watch http://127.0.0.1:8000 --device me.yaml   what binds a live vLLM server, each period
   trinity train-demo --workers 2 --link 100mbit --compressor auto   compressed DDP over a shaped link
   trinity diagnose camera-analytics-edge     where to split a CNN between a camera and an edge server
   trinity split-demo --policy local,0:raw,adaptive   split inference for real over a swinging uplink
@@ -230,8 +231,9 @@ def _add_other_modules(sub: Any) -> None:
     )
     kv.add_replay_arguments(rp)
     kv.add_parsers(sub)
-    from aitrinity.cli import report, simulate, split, train, ui
+    from aitrinity.cli import report, simulate, split, train, ui, watch
 
+    watch.add_parser(sub)
     report.add_parser(sub)
     ui.add_parser(sub)
     train.add_parser(sub)
@@ -715,6 +717,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from aitrinity.cli import kv
 
             return kv.run(args)
+        if args.command == "watch":
+            from aitrinity.cli import watch
+
+            return watch.run(args)
         if args.command == "calibrate":
             return _cmd_calibrate(args)
         if args.command == "validate":

@@ -1,0 +1,96 @@
+"""``trinity watch URL``: a live vLLM server's binding resource each period (``aitrinity.systems.vllm.watch``)."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from aitrinity.cli.args import count
+from aitrinity.errors import SpecError
+
+HELP = """examples:
+  trinity watch http://127.0.0.1:8000 --device me.yaml          the model's config is read from the server's model path
+  trinity watch http://127.0.0.1:8000 --model-config config.json --device h100-sxm --period 10 --json
+
+Each period: running and waiting requests, KV-cache usage, preemptions, token rates, the binding resource
+(KV capacity, queue, compute, memory bandwidth, idle) and the exchange that would relieve it. --json prints one
+object per period (a line each). Ctrl-C stops.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="which resource binds a live vLLM server, period by period",
+        description="Read a vLLM server's Prometheus /metrics each period and say what binds it.",
+        epilog=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model-config", metavar="FILE", help="the served model's config.json (default: from /v1/models)")
+    p.add_argument("--device", help="catalog device or a trinity calibrate profile the server runs on")
+    p.add_argument("--period", type=float, default=5.0, help="seconds between reads (default 5)")
+    p.add_argument("--count", type=count(1, 10**9), help="stop after this many periods (default: until Ctrl-C)")
+    p.add_argument("--json", action="store_true", help="one JSON object per period")
+
+
+def _get(url: str, path: str) -> bytes:
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "http" or not u.hostname:
+        raise SpecError("URL", url, "an http:// URL of a vLLM server")
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise SpecError("URL", url, f"a vLLM server (GET {path} answered HTTP {r.status})")
+        return body
+    except OSError as e:
+        raise SpecError("URL", url, f"a reachable vLLM server ({e})") from e
+    finally:
+        c.close()
+
+
+def _model_config(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    if args.model_config:
+        path = Path(args.model_config)
+    else:
+        models = json.loads(_get(args.url, "/v1/models"))["data"]
+        path = Path(models[0]["id"]) / "config.json"
+        if not path.is_file():
+            return None, f"no local config for {models[0]['id']} (give --model-config)"
+    try:
+        return json.loads(path.read_text()), str(path)
+    except (OSError, ValueError) as e:
+        raise SpecError("--model-config", str(path), f"a readable config.json ({e})") from e
+
+
+def run(args: argparse.Namespace) -> int:
+    from aitrinity import catalog
+    from aitrinity.catalog.hf import from_hf_config
+    from aitrinity.systems.vllm import watch
+
+    if not args.period > 0:
+        raise SpecError("--period", args.period, "a positive number of seconds")
+    cfg, where = _model_config(args)
+    m = from_hf_config(cfg, Path(where).parent.name, where=where) if cfg is not None else None
+    dev = catalog.device(args.device) if args.device else None
+    if not args.quiet:
+        said = f"model {m.name} ({where})" if m else where
+        print(f"watching {args.url}: {said}; device {dev.name if dev else 'not given'}", file=sys.stderr)
+    prev = watch.parse_metrics(_get(args.url, "/metrics").decode(), time.monotonic())
+    n = 0
+    while args.count is None or n < args.count:
+        time.sleep(args.period)
+        now = watch.parse_metrics(_get(args.url, "/metrics").decode(), time.monotonic())
+        v = watch.judge(prev, now, m, dev)
+        print(json.dumps(v.to_json()) if args.json else watch.line(v), flush=True)
+        prev, n = now, n + 1
+    return 0
