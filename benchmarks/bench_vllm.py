@@ -40,7 +40,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from aitrinity.cost.params import count
 from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, scheduling, simulate_closed_loop
 from aitrinity.spec.hardware import DeviceSpec
 from aitrinity.spec.model import ModelSpec
-from aitrinity.systems.vllm.server import Completion, Server
+from aitrinity.systems.vllm.server import Completion, Server, closed_loop
 from aitrinity.systems.vllm.tiny import tiny_model
 
 VOCAB = 2048
@@ -77,34 +76,11 @@ def serve(model: Path, log: Path, max_seqs: int) -> Server:
 
 
 def run_point(srv: Server, c: int, isl: int, osl: int, rounds: int, seed: int) -> list[Completion]:
-    """``c`` closed-loop clients, ``rounds`` requests each, all starting together."""
+    """``c`` closed-loop clients, ``rounds`` requests of ``isl`` random tokens each, all starting together."""
     rng = np.random.default_rng(seed)
-    prompts = [[[int(x) for x in rng.integers(3, VOCAB, isl)] for _ in range(rounds)] for _ in range(c)]
-    out: list[Completion] = []
-    errors: list[BaseException] = []
-    gate = threading.Barrier(c)
-    lock = threading.Lock()
-
-    def client(i: int) -> None:
-        try:
-            gate.wait()
-            for p in prompts[i]:
-                got = srv.complete(p, osl, ignore_eos=True)
-                if got.tokens != osl:
-                    raise RuntimeError(f"asked for {osl} tokens, the server produced {got.tokens}")
-                with lock:
-                    out.append(got)
-        except BaseException as e:  # reported below; a thread cannot raise into the caller
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(c)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
+    return closed_loop(
+        srv, [[[int(x) for x in rng.integers(3, VOCAB, isl)] for _ in range(rounds)] for _ in range(c)], osl
+    )
 
 
 def worker_threads() -> int:

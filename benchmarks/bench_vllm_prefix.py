@@ -56,16 +56,9 @@ def prompt(r: TraceRequest) -> list[int]:
 
 
 def hits(srv: Server) -> tuple[float, float]:
-    text = srv.get("/metrics")[1].decode()
-    parse_metrics(text, 0.0)  # a vLLM server
-    from prometheus_client.parser import text_string_to_metric_families
-
-    got = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 0.0}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in got:
-                got[s.name] += float(s.value)
-    return got["vllm:prefix_cache_hits_total"], got["vllm:prefix_cache_queries_total"]
+    """vLLM's prefix-cache counters: (hit tokens, looked-up tokens)."""
+    got = parse_metrics(srv.get("/metrics")[1].decode(), 0.0)
+    return got.prefix_hits, got.prefix_queries
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

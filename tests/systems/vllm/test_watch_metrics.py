@@ -27,6 +27,10 @@ def text(running=0, waiting=0, kv=0.0, pre=0, prompt=0, gen=0) -> str:
             f"vllm:prompt_tokens_total{lab} {prompt}",
             "# TYPE vllm:generation_tokens counter",
             f"vllm:generation_tokens_total{lab} {gen}",
+            "# TYPE vllm:prefix_cache_hits counter",
+            f"vllm:prefix_cache_hits_total{lab} 256",
+            "# TYPE vllm:prefix_cache_queries counter",
+            f"vllm:prefix_cache_queries_total{lab} 1024",
             "",
         ]
     )
@@ -42,6 +46,7 @@ def test_counters_are_read_and_created_timestamps_ignored():
         100,
         40,
     )
+    assert (s.prefix_hits, s.prefix_queries) == (256, 1024)
 
 
 def test_not_a_vllm_server_says_so():
