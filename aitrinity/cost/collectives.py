@@ -33,6 +33,7 @@ from aitrinity.cost.ledger import Channel, Traffic
 from aitrinity.spec.scenario import System
 
 F = NDArray[np.float64]
+Ints = NDArray[np.int64]
 
 Collective = Literal["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"]
 
@@ -102,15 +103,17 @@ class Stream:
     """One traffic item of many rows (candidate plans) at once: a collective repeated ``times`` over ``group``
     ranks ``stride`` apart, or (with ``tier``) a transfer of ``payload`` bytes in ``times`` messages between a
     device and a memory tier. ``payload`` and ``times`` are zero where a row has none; ``present`` says which
-    rows have it (a one-plan ledger lists the item only then)."""
+    rows have it (a one-plan ledger lists the item only then). ``group`` and ``stride`` are one for all rows, or
+    one per row (candidates of different layouts): each row's collective then moves on the link its own group
+    crosses (:meth:`sent_by_channel`)."""
 
     purpose: str
     kind: Collective
     payload: F
     times: F
     present: NDArray[np.bool_]
-    group: int = 1
-    stride: int = 1
+    group: int | Ints = 1
+    stride: int | Ints = 1
     tier: Channel | None = None
     timed: bool = False
     """The operator model times it itself (TP collectives, pipeline sends)."""
@@ -118,9 +121,10 @@ class Stream:
     """Its purpose names the row's gradient compressor."""
 
     def channel(self, system: System) -> Channel | None:
-        """The channel it moves on (None: a single rank, nothing moves)."""
+        """The channel it moves on (None: a single rank, nothing moves); a stream of one group for all rows."""
         if self.tier is not None:
             return self.tier
+        assert isinstance(self.group, int) and isinstance(self.stride, int), "per-row groups: sent_by_channel"
         if self.group <= 1 and self.kind != "p2p":
             return None
         crosses = crosses_nodes(self.stride, self.group if self.kind != "p2p" else 2, system.devices_per_node)
@@ -133,15 +137,45 @@ class Stream:
         label = purpose or self.purpose
         if self.tier is not None:
             return transfer(label, self.tier, float(self.payload[i]), float(self.times[i]))
-        return traffic(label, self.kind, float(self.payload[i]), self.group, float(self.times[i]), self.stride, system)
+        group = self.group if isinstance(self.group, int) else int(self.group[i])
+        stride = self.stride if isinstance(self.stride, int) else int(self.stride[i])
+        return traffic(label, self.kind, float(self.payload[i]), group, float(self.times[i]), stride, system)
 
     def sent(self) -> tuple[F, F]:
-        """(bytes, messages) per row on its channel."""
+        """(bytes, messages) per row on its channel; a stream of one group for all rows."""
         if self.tier is not None:
             return self.payload, self.times
+        assert isinstance(self.group, int), "per-row groups: sent_by_channel"
         return self.times * bytes_sent(self.kind, 1.0, self.group) * self.payload, self.times * steps(
             self.kind, self.group
         )
+
+    def sent_by_channel(self, system: System) -> list[tuple[Channel, F, F]]:
+        """(channel, bytes, messages) per row for each channel it moves on: :meth:`channel` and :meth:`sent`, or
+        for per-row groups the same row by row (a row whose group is on another channel, or is one rank, counts zero
+        on this one)."""
+        if self.tier is not None or (isinstance(self.group, int) and isinstance(self.stride, int)):
+            ch = self.channel(system)
+            return [] if ch is None else [(ch, *self.sent())]
+        g = np.asarray(self.group, dtype=np.float64)
+        size: float | F
+        if self.kind == "p2p":  # every row sends its payload once, to the next rank
+            moves, size = np.ones(np.shape(g), dtype=np.bool_), 2.0
+            b, m = self.times * self.payload, self.times
+        else:  # the module doc's table, row by row (one rank: (g - 1) = 0 bytes and steps)
+            moves, size = g > 1, g
+            factor = 2.0 if self.kind == "all-reduce" else 1.0
+            b, m = self.times * (factor * (g - 1.0) / g) * self.payload, self.times * (factor * (g - 1.0))
+        out: list[tuple[Channel, F, F]] = []
+        crosses = np.asarray(self.stride) * size > system.devices_per_node
+        if system.inter_node_link is None or not crosses.any():
+            return [("intra_node", b, m)] if moves.any() else []
+        inside = moves & ~crosses
+        if inside.any():
+            out.append(("intra_node", np.where(inside, b, 0.0), np.where(inside, m, 0.0)))
+        if (moves & crosses).any():
+            out.append(("inter_node", np.where(crosses, b, 0.0), np.where(crosses, m, 0.0)))
+        return out
 
 
 def channel_totals(streams: list[Stream], system: System, n: int) -> tuple[dict[str, F], dict[str, F]]:
@@ -149,12 +183,9 @@ def channel_totals(streams: list[Stream], system: System, n: int) -> tuple[dict[
     nbytes: dict[str, F] = {}
     msgs: dict[str, F] = {}
     for x in streams:
-        ch = x.channel(system)
-        if ch is None:
-            continue
-        b, m = x.sent()
-        if ch in nbytes:
-            nbytes[ch], msgs[ch] = nbytes[ch] + b, msgs[ch] + m
-        else:  # (0 + x is x: no zeros to add)
-            nbytes[ch], msgs[ch] = np.broadcast_to(b, (n,)), np.broadcast_to(m, (n,))
+        for ch, b, m in x.sent_by_channel(system):
+            if ch in nbytes:
+                nbytes[ch], msgs[ch] = nbytes[ch] + b, msgs[ch] + m
+            else:  # (0 + x is x: no zeros to add)
+                nbytes[ch], msgs[ch] = np.broadcast_to(b, (n,)), np.broadcast_to(m, (n,))
     return nbytes, msgs

@@ -22,7 +22,8 @@ B / (W·u))`` with ``e(m) = e_max·m / (m + m_half)`` the saturating GEMM effici
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,11 +40,28 @@ from aitrinity.spec.hardware import (
 )
 
 Array = NDArray[np.float64]
+_PAIR = 1 << 20
+"""(TP, EP) pairs packed as ``tp * _PAIR + ep`` for :func:`per_value`."""
 
 
 def _as(x: ArrayLike) -> Array:
     out: Array = np.asarray(x, dtype=np.float64)
     return out
+
+
+def per_value(keys: ArrayLike, time: Callable[[int], Array]) -> Array:
+    """``time(key)`` element by element, for an argument that picks a table or a parameter set (a GPU count, a
+    KV-head count): once per distinct value of ``keys``, each element taking its own value's answer. A key given
+    as one number is one call."""
+    k = np.asarray(keys)
+    if k.ndim == 0:
+        return time(int(k))
+    out: Array | None = None
+    for v in np.unique(k).tolist():
+        t = time(int(v))
+        out = t if out is None else np.where(k == v, t, out)
+    assert out is not None, "no element has a key"
+    return np.broadcast_to(out, np.broadcast_shapes(np.shape(out), k.shape)).astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -101,32 +119,32 @@ class Kernels(Protocol):
         """Where the numbers come from: ``table <gpu>/<engine>/<version>`` or ``roofline (catalog <device>)``."""
         ...
 
-    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         """``(m x k) @ (k x n)`` in ``dtype`` (weights and activations; bf16 / fp8 / fp4)."""
         ...
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         """One kernel over ``groups`` independent ``(m x k) @ (k x n)`` GEMMs (a fused MoE's experts): each
         group's work, one launch."""
         ...
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention)."""
         ...
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         """One query token per sequence over ``context`` cached tokens, ``batch`` sequences."""
         ...
 
-    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         """An all-reduce of ``payload_bytes`` over ``gpus`` GPUs of one node (0 for one GPU)."""
         ...
 
-    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         """An all-to-all in which each of ``gpus`` GPUs holds ``payload_bytes`` and keeps its own ``1/gpus``
         share (MoE token dispatch or combine; 0 for one GPU)."""
         ...
@@ -150,10 +168,15 @@ class MoEShape:
     inter: int
     topk: int
     experts: int
-    tp: int
-    ep: int
+    tp: int | NDArray[np.int64]
+    """One size, or one per element (the shapes of many layouts: :func:`per_value` looks each one up)."""
+    ep: int | NDArray[np.int64]
     routing: str = "balanced"
     """The tokens' distribution over the experts (:data:`aitrinity.cost.operators.ROUTING_SKEW`)."""
+
+
+def _pair_shape(shape: MoEShape, pair: int) -> MoEShape:
+    return dataclasses.replace(shape, tp=pair // _PAIR, ep=pair % _PAIR)
 
 
 @dataclass(frozen=True)
@@ -171,52 +194,110 @@ class RooflineKernels:
                 return self.peak_flops[d]
         return max(self.peak_flops.values())
 
-    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         p = self.params.gemm_for(dtype)
-        rows = _as(m)
-        eff = p.efficiency * rows / (rows + p.half_rows)
+        return self._gemm(m, n, k, p.efficiency, p.half_rows, p.launch_s, BYTES_PER_DTYPE[dtype], self._peak(dtype))
+
+    def _gemm_terms(self, dtypes: Sequence[str], index: NDArray[np.intp]) -> tuple[Array, Array, Array, Array, Array]:
+        """(efficiency, half rows, launch, weight bytes, peak FLOP/s) of ``dtypes[index]``, element by element."""
+        ps = [self.params.gemm_for(d) for d in dtypes]
+        terms = [
+            [p.efficiency for p in ps],
+            [p.half_rows for p in ps],
+            [p.launch_s for p in ps],
+            [BYTES_PER_DTYPE[d] for d in dtypes],
+            [self._peak(d) for d in dtypes],
+        ]
+        e, h, launch, wb, peak = (np.asarray(t, dtype=np.float64)[index] for t in terms)
+        return e, h, launch, wb, peak
+
+    def _gemm(
+        self,
+        m: ArrayLike,
+        n: ArrayLike,
+        k: ArrayLike,
+        e: float | Array,
+        h: float | Array,
+        launch: float | Array,
+        wb: float | Array,
+        peak: float | Array,
+    ) -> Array:
+        """The roofline of a GEMM from its dtype's terms (numbers, or one per element)."""
+        rows, n, k = _as(m), _as(n), _as(k)
+        eff = e * rows / (rows + h)
         flops = 2.0 * rows * n * k
-        wb = BYTES_PER_DTYPE[dtype]
         nbytes = n * k * wb + rows * (k + n) * 2.0  # weights in their dtype, activations in bf16
         mem = nbytes / (self.memory_bandwidth_Bps * self.params.memory_efficiency)
-        return p.launch_s + np.maximum(flops / (self._peak(dtype) * eff), mem)
+        out: Array = launch + np.maximum(flops / (peak * eff), mem)
+        return out
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def gemm_each(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dt: Dtypes) -> Array:
+        """:meth:`gemm` with a dtype per element, in one pass (the same arithmetic, element by element)."""
+        return self._gemm(m, n, k, *self._gemm_terms(dt.names, dt.index))
+
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         launch = self.params.gemm_for(dtype).launch_s
         return launch + _as(groups) * (self.gemm(m, n, k, dtype) - launch)
 
+    def grouped_gemm_each(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dt: Dtypes) -> Array:
+        """:meth:`grouped_gemm` with a dtype per element, in one pass."""
+        terms = self._gemm_terms(dt.names, dt.index)
+        out: Array = terms[2] + _as(groups) * (self._gemm(m, n, k, *terms) - terms[2])
+        return out
+
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         b, s = _as(batch), _as(tokens)
-        flops = 2.0 * b * s * s * heads * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
+        flops = 2.0 * b * s * s * _as(heads) * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
         p = self.params.attention
         return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+    ) -> Array:
+        return self._decode_attention(batch, context, kv_heads, head_dim, BYTES_PER_DTYPE[kv_dtype])
+
+    def _decode_attention(
+        self, batch: ArrayLike, context: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_bytes: ArrayLike
     ) -> Array:
         b, c = _as(batch), _as(context)
-        kv = 2.0 * b * c * kv_heads * head_dim * BYTES_PER_DTYPE[kv_dtype]
+        kv = 2.0 * b * c * _as(kv_heads) * head_dim * _as(kv_bytes)
         p = self.params.attention
-        return p.launch_s + kv / (self.memory_bandwidth_Bps * p.decode_memory_efficiency)
+        out: Array = p.launch_s + kv / (self.memory_bandwidth_Bps * p.decode_memory_efficiency)
+        return out
 
-    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+    def decode_attention_each(
+        self, batch: ArrayLike, context: ArrayLike, kv_heads: ArrayLike, head_dim: int, dt: Dtypes
+    ) -> Array:
+        """:meth:`decode_attention` with a KV dtype per element, in one pass."""
+        kv_bytes = np.array([BYTES_PER_DTYPE[d] for d in dt.names])[dt.index]
+        return self._decode_attention(batch, context, kv_heads, head_dim, kv_bytes)
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         size = _as(payload_bytes)
-        if gpus <= 1:
-            return np.zeros(size.shape)
-        c = self.params.all_reduce_for(gpus)
-        return c.latency_s + 2.0 * (gpus - 1) / gpus * size / c.bus_bandwidth_Bps
 
-    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        def time(n: int) -> Array:
+            if n <= 1:
+                return np.zeros(size.shape)
+            c = self.params.all_reduce_for(n)
+            return c.latency_s + 2.0 * (n - 1) / n * size / c.bus_bandwidth_Bps
+
+        return per_value(gpus, time)
+
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         """``(n-1)/n`` of the payload leaves each GPU once, at the all-reduce's bus bandwidth and latency (an
         all-reduce moves ``2(n-1)/n``: NCCL's bus-bandwidth convention, Jeaugey 2019, nccl-tests
         PERFORMANCE.md)."""
         size = _as(payload_bytes)
-        if gpus <= 1:
-            return np.zeros(size.shape)
-        c = self.params.all_reduce_for(gpus)
-        return c.latency_s + (gpus - 1) / gpus * size / c.bus_bandwidth_Bps
+
+        def time(n: int) -> Array:
+            if n <= 1:
+                return np.zeros(size.shape)
+            c = self.params.all_reduce_for(n)
+            return c.latency_s + (n - 1) / n * size / c.bus_bandwidth_Bps
+
+        return per_value(gpus, time)
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.params.elementwise_launch_s + _as(nbytes) / (
@@ -262,7 +343,10 @@ class TableKernels:
     """The engine's fused MoE by (dtype, hidden, intermediate, top-k, experts, TP, EP, routing); axis: tokens."""
 
     def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
-        dims = (shape.hidden, shape.inter, shape.topk, shape.experts, shape.tp, shape.ep)
+        if np.ndim(shape.tp) or np.ndim(shape.ep):  # many layouts: each (TP, EP) pair is its own table
+            pair = np.asarray(shape.tp) * _PAIR + np.asarray(shape.ep)
+            return per_value(pair, lambda p: self.moe(tokens, _pair_shape(shape, p), dtype))
+        dims = (shape.hidden, shape.inter, shape.topk, shape.experts, int(shape.tp), int(shape.ep))
         for d in (dtype, "fp8_block") if dtype == "fp8" else (dtype,):  # block-scaled fp8 where per-tensor is not
             grid = self.moe_grids.get((d, *dims, shape.routing))
             if grid is not None:
@@ -271,7 +355,7 @@ class TableKernels:
             self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))} {shape.routing}")
         return np.full(np.shape(tokens), np.nan)
 
-    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         grid = self.gemm_grids.get(dtype)
         if grid is None and dtype == "fp4" and "fp8" in self.gemm_grids:
             # no fp4 tensor cores before Blackwell: engines run fp4 weights through the fp8 path
@@ -281,7 +365,7 @@ class TableKernels:
             return self.fallback.gemm(m, n, k, dtype)
         return grid(m, n, k)
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         """Each group as the table's GEMM less one launch (the derived parameters' ``launch_s``: the table's
         smallest latency), plus one launch."""
         launch = self.fallback.params.gemm_for(dtype).launch_s
@@ -295,44 +379,64 @@ class TableKernels:
         return at
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
             return self.fallback.prefill_attention(batch, tokens, heads, kv_heads, head_dim, kv_dtype)
-        measured_kv, grid = AttentionTables.nearest(at.prefill, kv_heads)
-        q = heads * measured_kv / kv_heads  # keep the GQA ratio; time scales with query heads
-        return grid(batch, tokens, q) * (heads / q)
+        tables = at
+
+        def time(g: int) -> Array:
+            measured_kv, grid = AttentionTables.nearest(tables.prefill, g)
+            q = _as(heads) * measured_kv / g  # keep the GQA ratio; time scales with query heads
+            out: Array = grid(batch, tokens, q) * (_as(heads) / q)
+            return out
+
+        return per_value(kv_heads, time)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
             return self.fallback.decode_attention(batch, context, heads, kv_heads, head_dim, kv_dtype)
-        measured_kv, grid = AttentionTables.nearest(at.decode, kv_heads)
-        q = heads * measured_kv / kv_heads
-        return grid(batch, context, q) * (kv_heads / measured_kv)  # decode reads KV: scales with KV heads
+        tables = at
 
-    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
-        size = _as(payload_bytes)
-        if gpus <= 1:
-            return np.zeros(size.shape)
-        grid = self.all_reduce_grids.get(gpus)
-        if grid is None:
-            self.fallbacks.add(f"all-reduce over {gpus} GPUs")
-            return self.fallback.all_reduce(size, gpus)
-        return grid(size)
+        def time(g: int) -> Array:
+            measured_kv, grid = AttentionTables.nearest(tables.decode, g)
+            q = _as(heads) * measured_kv / g
+            out: Array = grid(batch, context, q) * (g / measured_kv)  # decode reads KV: scales with KV heads
+            return out
 
-    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+        return per_value(kv_heads, time)
+
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         size = _as(payload_bytes)
-        if gpus <= 1:
-            return np.zeros(size.shape)
-        grid = self.all_to_all_grids.get(gpus)
-        if grid is None:
-            self.fallbacks.add(f"all-to-all over {gpus} GPUs")
-            return self.fallback.all_to_all(size, gpus)
-        return grid(size)
+
+        def time(n: int) -> Array:
+            if n <= 1:
+                return np.zeros(size.shape)
+            grid = self.all_reduce_grids.get(n)
+            if grid is None:
+                self.fallbacks.add(f"all-reduce over {n} GPUs")
+                return self.fallback.all_reduce(size, n)
+            return grid(size)
+
+        return per_value(gpus, time)
+
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
+        size = _as(payload_bytes)
+
+        def time(n: int) -> Array:
+            if n <= 1:
+                return np.zeros(size.shape)
+            grid = self.all_to_all_grids.get(n)
+            if grid is None:
+                self.fallbacks.add(f"all-to-all over {n} GPUs")
+                return self.fallback.all_to_all(size, n)
+            return grid(size)
+
+        return per_value(gpus, time)
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.fallback.elementwise(nbytes)
@@ -377,36 +481,46 @@ class MixedKernels:
         assert out is not None, "no element has a dtype"
         return out
 
-    def gemm(self, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         if dtype != WEIGHTS:
             return self.base.gemm(m, n, k, dtype)
+        if isinstance(self.base, RooflineKernels):  # its dtypes are parameters: one pass
+            return self.base.gemm_each(m, n, k, self.weights)
         return self._mix(self.weights, lambda d: self.base.gemm(m, n, k, d))
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: int, k: int, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
         if dtype != WEIGHTS:
             return self.base.grouped_gemm(groups, m, n, k, dtype)
+        if isinstance(self.base, RooflineKernels):
+            return self.base.grouped_gemm_each(groups, m, n, k, self.weights)
         return self._mix(self.weights, lambda d: self.base.grouped_gemm(groups, m, n, k, d))
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         def t(d: str) -> Array:
             return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d)
 
-        return self._mix(self.kv, t) if kv_dtype == KV else t(kv_dtype)
+        if kv_dtype != KV or isinstance(self.base, RooflineKernels):  # the roofline's prefill reads no KV dtype
+            return t(kv_dtype if kv_dtype != KV else self.kv.names[0])
+        return self._mix(self.kv, t)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
     ) -> Array:
         def t(d: str) -> Array:
             return self.base.decode_attention(batch, context, heads, kv_heads, head_dim, d)
 
-        return self._mix(self.kv, t) if kv_dtype == KV else t(kv_dtype)
+        if kv_dtype != KV:
+            return t(kv_dtype)
+        if isinstance(self.base, RooflineKernels):
+            return self.base.decode_attention_each(batch, context, kv_heads, head_dim, self.kv)
+        return self._mix(self.kv, t)
 
-    def all_reduce(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+    def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         return self.base.all_reduce(payload_bytes, gpus)
 
-    def all_to_all(self, payload_bytes: ArrayLike, gpus: int) -> Array:
+    def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         return self.base.all_to_all(payload_bytes, gpus)
 
     def elementwise(self, nbytes: ArrayLike) -> Array:

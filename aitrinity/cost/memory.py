@@ -19,6 +19,10 @@ dropout-free models get their own coefficients; for the paper's layer (MHA,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
+from numpy.typing import NDArray
 
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
@@ -167,12 +171,19 @@ def kv_tokens_held(m: ModelSpec, context: int) -> float:
     return (local * min(context, m.sliding_window) + (m.num_layers - local) * context) / m.num_layers
 
 
-def kv_shard_factor(m: ModelSpec, tp: int) -> float:
-    """Fraction of the KV cache one TP rank holds.
+@overload
+def kv_shard_factor(m: ModelSpec, tp: int) -> float: ...
+@overload
+def kv_shard_factor(m: ModelSpec, tp: NDArray[np.int64]) -> NDArray[np.float64]: ...
+def kv_shard_factor(m: ModelSpec, tp: int | NDArray[np.int64]) -> float | NDArray[np.float64]:
+    """Fraction of the KV cache one TP rank holds (``tp`` one degree, or one per row).
 
     KV heads split across TP ranks; with more ranks than KV heads each rank keeps
     one head (replication). MLA's latent is shared by all heads and replicated.
     """
     if m.mla:
-        return 1.0
-    return max(m.kv_heads / tp, 1.0) / m.kv_heads
+        return 1.0 if isinstance(tp, int) else np.ones(np.shape(tp))
+    if isinstance(tp, int):
+        return max(m.kv_heads / tp, 1.0) / m.kv_heads
+    out: NDArray[np.float64] = np.maximum(m.kv_heads / tp, 1.0) / m.kv_heads
+    return out

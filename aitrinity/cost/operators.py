@@ -27,7 +27,8 @@ tables or the roofline); kernels of one step run back to back on one stream, so 
 sum plus the engine's own per-step time (scheduling, sampling, input preparation), which no kernel
 table holds: ``step_overhead_s``, an engine property (:mod:`aitrinity.cost.concurrency`).
 
-Every argument broadcasts: one step or a million candidate steps are one call.
+Every argument broadcasts: one step or a million candidate steps are one call -- the layout's degrees too
+(a :class:`Layout` of per-element TP and EP degrees prices the candidates of many layouts at once).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.kernels import Array, Kernels, MoEShape
 from aitrinity.spec.model import ModelSpec
+
+Degree = int | NDArray[np.int64]
+"""A parallel degree: one for every element, or one per element (the candidates of many layouts)."""
 
 OPERATOR_CLASSES = ("gemm", "attention", "communication", "elementwise", "engine")
 """Operator classes in the order a breakdown lists them; ``engine`` is the per-step host-side time."""
@@ -93,35 +97,39 @@ class Layout:
     DeepSeek layout); ``attention_dp=1`` with ``ep == tp`` is attention TP with EP MoE on the same GPUs
     (TensorRT-LLM's "TEP"). A dense model ignores ``ep``; ``dp`` replicas of it only share out the clients."""
 
-    tp: int = 1
-    ep: int = 1
+    tp: Degree = 1
+    ep: Degree = 1
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     engine: str = "generic"
-    attention_dp: int | None = None
+    attention_dp: Degree | None = None
     routing: str = "power_law_1.01"
     """How the tokens spread over the experts (:data:`ROUTING_SKEW`): ``balanced``, or power-law expert popularity
     (``power_law_1.01``, the default of NVIDIA's aiconfigurator, or the steeper ``power_law_1.2``)."""
 
     def __post_init__(self) -> None:
-        if min(self.tp, self.ep, self.dp) < 1 or (self.tp * self.dp) % self.ep:
+        tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
+        if np.any(np.minimum(np.minimum(tp, ep), dp) < 1) or np.any((tp * dp) % np.maximum(ep, 1)):
             raise ValueError(f"a MoE group of tp {self.tp} x dp {self.dp} GPUs cannot hold ep {self.ep}")
         if self.routing not in ROUTING_SKEW:
             raise ValueError(f"routing {self.routing!r}: one of {', '.join(ROUTING_SKEW)}")
 
     @property
-    def skew(self) -> float:
+    def skew(self) -> float | Array:
         """The hottest EP rank's routed work over the mean (:data:`ROUTING_SKEW`)."""
         a, s = ROUTING_SKEW[self.routing]
-        return max(1.0, a + s * float(np.log2(self.ep)))
+        if isinstance(self.ep, int):
+            return max(1.0, a + s * float(np.log2(self.ep)))
+        out: Array = np.maximum(1.0, a + s * np.log2(self.ep))
+        return out
 
     @property
-    def dp(self) -> int:
+    def dp(self) -> Degree:
         """Attention data-parallel replicas whose tokens meet in one MoE group."""
         return self.ep if self.attention_dp is None else self.attention_dp
 
     @property
-    def moe_tp(self) -> int:
+    def moe_tp(self) -> Degree:
         """The GPUs one expert's GEMMs are split over."""
         return self.tp * self.dp // self.ep
 
@@ -148,8 +156,8 @@ def _attention(
     m: ModelSpec,
     k: Kernels,
     lay: Layout,
-    a: int,
-    g: int,
+    a: Degree,
+    g: Degree,
     d: int,
     dec: Array,
     ctx: Array,
@@ -183,12 +191,20 @@ def _attention(
     return out
 
 
-def attention_shape(m: ModelSpec, tp: int) -> tuple[int, int, int]:
+def _split(heads: int, tp: Degree) -> Degree:
+    """``heads`` over ``tp`` ranks, at least one on each."""
+    if isinstance(tp, int):
+        return max(heads // tp, 1)
+    out: NDArray[np.int64] = np.maximum(heads // tp, 1)
+    return out
+
+
+def attention_shape(m: ModelSpec, tp: Degree) -> tuple[Degree, Degree, int]:
     """(query heads, KV heads, head dim) on one TP rank; MLA's latent cache is one 'KV head' of its rank."""
     if m.mla:
         c = m.mla
-        return max(m.num_attention_heads // tp, 1), 1, c.kv_lora_rank + c.qk_rope_head_dim
-    return max(m.num_attention_heads // tp, 1), max(m.kv_heads // tp, 1), m.dim_head
+        return _split(m.num_attention_heads, tp), 1, c.kv_lora_rank + c.qk_rope_head_dim
+    return _split(m.num_attention_heads, tp), _split(m.kv_heads, tp), m.dim_head
 
 
 def projection_time(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array:
@@ -289,12 +305,16 @@ def step_times(
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
-    if m.moe and lay.dp > 1:  # the replicas' tokens meet in each MoE layer, and go back
-        if lay.ep > 1:  # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back
-            routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
-            comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, lay.ep)
-        else:  # every expert split over the whole group: all-gather the tokens, reduce-scatter the outputs
-            comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, tp * lay.dp)
+    spread = np.asarray(lay.dp) > 1
+    if m.moe and spread.any():  # the replicas' tokens meet in each MoE layer, and go back
+        # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back; without EP, every expert
+        # is split over the whole group: all-gather the tokens, reduce-scatter the outputs (a layout that does
+        # neither asks for a collective over one GPU: nothing)
+        dispatch = np.where(spread & (np.asarray(lay.ep) > 1), lay.ep, 1)
+        gather = np.where(spread & (np.asarray(lay.ep) <= 1), tp * lay.dp, 1)
+        routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
+        comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, dispatch)
+        comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, gather)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
     engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)

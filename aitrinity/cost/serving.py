@@ -183,9 +183,10 @@ def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> 
     return kv_tokens_held(m, context) * _kv_per_token_per_device(m, plan)
 
 
-def _workspace_width(m: ModelSpec, plan: Plan) -> float:
+def _workspace_width(m: ModelSpec, tp: Any) -> Any:
+    """Activation width per token on one device (``tp``: a degree, or one per row)."""
     ffn = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
-    return 2 * m.hidden_size + (2 * m.hidden_size + (3 if m.mlp == "gated" else 2) * ffn) / plan.tp
+    return 2 * m.hidden_size + (2 * m.hidden_size + (3 if m.mlp == "gated" else 2) * ffn) / tp
 
 
 def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
@@ -196,7 +197,8 @@ def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
     output (~4h per token) and the MLP intermediates (3f gated, 2f standard),
     the last two split by TP. The chunk is capped by ``plan.prefill_chunk_tokens``.
     """
-    return min(tokens, plan.prefill_chunk_tokens) * _workspace_width(m, plan) * BYTES_PER_DTYPE[plan.compute_dtype]
+    width: float = _workspace_width(m, plan.tp)
+    return min(tokens, plan.prefill_chunk_tokens) * width * BYTES_PER_DTYPE[plan.compute_dtype]
 
 
 def logits_bytes_per_sequence(m: ModelSpec) -> float:
@@ -239,11 +241,16 @@ KV_DTYPES = ("none", "fp8", "int8")
 
 @dataclass(frozen=True)
 class ServingRows:
+    """Candidates, one per row: the layout (TP, PP and EP degrees) and the searched values."""
+
     batch: Ints
     kv_offload: F
     """Fraction of the KV cache kept in a lower tier (``ServingArrays.kv_tier``)."""
     weight_dtype: Ints  # index into WEIGHT_DTYPES
     kv_dtype: Ints  # index into KV_DTYPES
+    tp: Ints
+    pp: Ints
+    ep: Ints
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -290,7 +297,7 @@ class MemoryColumns:
     kv_cache: F
     """Before KV offload moves a share to its tier."""
     buffers: F
-    prefix_cache: float
+    prefix_cache: F
     """The replica's prefix cache, spread over its devices (in ``fx.prefix_tier``)."""
 
 
@@ -308,9 +315,9 @@ class RowFactors:
 
 @dataclass(frozen=True)
 class ServingArrays:
-    """The phases and memory of every row of one layout (the plan's ``tp``, ``pp``): ``plan`` carries the
-    scenario's dtypes and exchanges as :func:`effects` applied them, the rows their own quantization and KV
-    offload on top."""
+    """The phases and memory of every row: ``plan`` carries the scenario's dtypes and exchanges as
+    :func:`effects` applied them, the rows their own layout (TP, PP, EP degrees; the plan's are not read), quantization
+    and KV offload on top."""
 
     m: ModelSpec
     plan: Plan
@@ -318,6 +325,12 @@ class ServingArrays:
     rows: ServingRows
     kv_tier: str = "host"
     """Where a row's offloaded KV lives."""
+
+    @cached_property
+    def _degrees(self) -> tuple[F, F, F]:
+        """The rows' TP, PP and EP degrees as floats."""
+        r = self.rows
+        return r.tp.astype(np.float64), r.pp.astype(np.float64), r.ep.astype(np.float64)
 
     @cached_property
     def per_row(self) -> RowFactors:
@@ -329,17 +342,17 @@ class ServingArrays:
         # KVCompression's ratio is bits / (8 x KV bytes): it follows the KV dtype of the row; the scale does not
         ratio = fx.kv_wire_ratio * base_kv / kq if fx.kv_wire_ratio < 1 else np.ones(len(rows))
         ratio = ratio * fx.kv_wire_scale
-        kv_tok = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, plan.tp) / plan.pp * kq  # dtype bytes: powers of 2
+        kv_tok = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, rows.tp) / rows.pp * kq  # dtype bytes: powers of 2
         dequant = np.where(rows.weight_dtype > 0, 2.0, fx.dequant_flops_per_weight)
         return RowFactors(wq, kq, kv_tok, ratio, dequant)
 
     @cached_property
     def _rows_const(self) -> tuple[NDArray[np.bool_], F, F, F]:
         """Per row, the same in every phase: (all true, TP all-reduces, PP hops, KV offload messages)."""
-        m, plan, f, n = self.m, self.plan, self.rows.kv_offload, len(self.rows)
+        m, f, n = self.m, self.rows.kv_offload, len(self.rows)
         yes = np.ones(n, dtype=np.bool_)
         offload = np.where(f > 0, 1.0 * m.num_layers, 0.0)
-        return yes, np.full(n, 2.0 * m.num_layers), np.full(n, float(plan.pp - 1)), offload
+        return yes, np.full(n, 2.0 * m.num_layers), self._degrees[1] - 1.0, offload
 
     @cached_property
     def _params(self) -> ParamCount:
@@ -348,23 +361,25 @@ class ServingArrays:
     def weights_read(self, tokens: F) -> F:
         """Weight bytes one device streams for a step processing ``tokens`` tokens (MoE: the experts they touch,
         uniform routing)."""
-        m, plan, pc = self.m, self.plan, self._params
+        m, pc, r = self.m, self._params, self.rows
         touched: F | float = 1.0
         if m.moe:
             k, e = m.moe.experts_per_token, m.moe.num_experts
             touched = 1.0 - (1.0 - k / e) ** tokens
         wq = self.per_row.weight_bytes
-        out: F = (pc.non_expert + pc.routed_experts * touched / plan.ep) * wq / (plan.tp * plan.pp)
+        out: F = (pc.non_expert + pc.routed_experts * touched / r.ep) * wq / (r.tp * r.pp)
         return out
 
     def _tp_pp(self, tokens: F, purpose: str) -> list[coll.Stream]:
-        """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch)."""
-        m, plan = self.m, self.plan
-        payload = tokens * m.hidden_size * BYTES_PER_DTYPE[plan.compute_dtype]
+        """TP all-reduces (2 per layer, every layer on the path) and PP hops (pp - 1 per batch, for the rows with
+        ``pp > 1``)."""
+        m, r = self.m, self.rows
+        payload = tokens * m.hidden_size * BYTES_PER_DTYPE[self.plan.compute_dtype]
         yes, ar, hops, _ = self._rows_const
-        out = [coll.Stream("TP activations (per layer)", "all-reduce", payload, ar, yes, plan.tp, 1)]
-        if plan.pp > 1:
-            out.append(coll.Stream(purpose, "p2p", payload, hops, yes, plan.pp, plan.tp))
+        out = [coll.Stream("TP activations (per layer)", "all-reduce", payload, ar, yes, r.tp, 1)]
+        piped = r.pp > 1
+        if piped.any():
+            out.append(coll.Stream(purpose, "p2p", payload, hops, piped, r.pp, r.tp))
         return out
 
     def _weight_stream(self, read: F, passes: F) -> list[coll.Stream]:
@@ -372,7 +387,7 @@ class ServingArrays:
         if not ws:
             return []
         yes = self._rows_const[0]
-        nbytes = passes * ws.fraction * read * self.plan.pp
+        nbytes = passes * ws.fraction * read * self.rows.pp
         return [coll.Stream("weight streaming", "p2p", nbytes, passes * self.m.num_layers, yes, tier=ws.channel)]
 
     def _kv_offload(self, purpose: str, nbytes: F) -> coll.Stream:
@@ -383,6 +398,7 @@ class ServingArrays:
         """Prefill of ``batch`` prompts of ``prompt`` tokens per row."""
         m, plan, fx = self.m, self.plan, self.fx
         f = self.per_row
+        tp, pp, _ = self._degrees
         wq, kv_tok, ratio, dequant_per = f.weight_bytes, f.kv_per_token, f.kv_wire, f.dequant_flops
         cached = int(fx.prefix_hit * prompt)  # tokens whose KV is loaded, not recomputed
         new = prompt - cached
@@ -396,27 +412,28 @@ class ServingArrays:
         streams = self._tp_pp(batch * new, "PP activations") + self._weight_stream(read, passes)
         if fx.prefix_tier != "hbm" and cached:
             ch = CHANNEL_OF_TIER[fx.prefix_tier]
-            moved = kv_loaded * ratio * plan.pp
+            moved = kv_loaded * ratio * pp
             load = np.full(len(batch), float(m.num_layers))
             streams.append(coll.Stream("prefix KV load", "p2p", moved, load, kv_loaded > 0, tier=ch))
             hbm = hbm + 2 * kv_loaded * (fx.kv_wire_ratio < 1)  # decompress: read packed, write full
-        streams.append(self._kv_offload("KV offload (write)", self.rows.kv_offload * kv_written * ratio * plan.pp))
+        streams.append(self._kv_offload("KV offload (write)", self.rows.kv_offload * kv_written * ratio * pp))
         dequant = dequant_per * passes * read / wq
         return PhaseColumns(
             tokens=batch * prompt,
-            forward=total / plan.tp,
-            exchange=dequant * plan.pp,
+            forward=total / tp,
+            exchange=dequant * pp,
             model_total=total,
             gemm_rows=chunk,
-            hbm_bytes=hbm * plan.pp,
+            hbm_bytes=hbm * pp,
             streams=streams,
             operators=passes * m.num_layers * OPERATORS_PER_LAYER,
         )
 
     def decode(self, batch: F, context: int) -> PhaseColumns:
         """One decode step of ``batch`` sequences per row whose context is ``context`` tokens."""
-        m, plan, fx = self.m, self.plan, self.fx
+        m, fx = self.m, self.fx
         f = self.per_row
+        tp, pp, _ = self._degrees
         wq, kv_tok, ratio, dequant_per = f.weight_bytes, f.kv_per_token, f.kv_wire, f.dequant_flops
         total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
         kv = batch * (kv_tokens_held(m, context) + 1) * kv_tok  # read all, write one
@@ -424,15 +441,15 @@ class ServingArrays:
         moved = self.rows.kv_offload * kv
         hbm = read + kv + 2 * moved * (fx.kv_wire_ratio < 1)
         streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
-        streams.append(self._kv_offload("KV offload (stream in)", moved * ratio * plan.pp))
+        streams.append(self._kv_offload("KV offload (stream in)", moved * ratio * pp))
         dequant = dequant_per * read / wq
         cols = PhaseColumns(
             tokens=batch.astype(np.float64),
-            forward=total / plan.tp,
-            exchange=dequant * plan.pp,
+            forward=total / tp,
+            exchange=dequant * pp,
             model_total=total,
             gemm_rows=batch.astype(np.float64),
-            hbm_bytes=hbm * plan.pp,
+            hbm_bytes=hbm * pp,
             streams=streams,
             operators=np.full(len(batch), float(m.num_layers * OPERATORS_PER_LAYER)),
         )
@@ -442,7 +459,8 @@ class ServingArrays:
         """The decode phase per output token of a speculative decoder (:mod:`aitrinity.cost.speculation`): a
         verification step of ``k + 1`` positions per sequence (their FLOPs, the experts they touch, their KV
         written; the KV read once) and ``k`` draft passes, over the ``E`` tokens it yields."""
-        m, plan, f = self.m, self.plan, self.per_row
+        m, f, r = self.m, self.per_row, self.rows
+        tp, pp, _ = self._degrees
         k, q = sp.draft_tokens, sp.draft_tokens + 1.0
         dm = draft_model(m, sp)
         share = sp.draft_layers / m.num_layers  # of the model's blocks (and of its KV) a draft pass runs
@@ -451,7 +469,7 @@ class ServingArrays:
         total = batch * (q * per_token + k * drafted)
         pd = count(dm)
         # the draft's blocks and its output head (its embedding rows are gathered, not streamed)
-        draft_read = (pd.non_expert - pd.embedding + pd.routed_experts / plan.ep) * f.weight_bytes / (plan.tp * plan.pp)
+        draft_read = (pd.non_expert - pd.embedding + pd.routed_experts / r.ep) * f.weight_bytes / (r.tp * r.pp)
         one_read = self.weights_read(batch)
         more_read = self.weights_read(batch * q) - one_read + k * draft_read
         more_kv = batch * f.kv_per_token * (q - 1.0 + k * share * (kv_tokens_held(m, context) + 1.0))
@@ -463,24 +481,24 @@ class ServingArrays:
         ]
         return PhaseColumns(
             tokens=one.tokens,
-            forward=total / plan.tp * per,
+            forward=total / tp * per,
             exchange=one.exchange * (1.0 + more_read / one_read) * per,
             model_total=total * per,
             gemm_rows=batch * q,
-            hbm_bytes=(one.hbm_bytes + (more_read + more_kv) * plan.pp) * per,
+            hbm_bytes=(one.hbm_bytes + (more_read + more_kv) * pp) * per,
             streams=streams,
             operators=one.operators * (1.0 + k * share) * per,
         )
 
     def memory(self, batch: F, prompt: int, context: int) -> MemoryColumns:
-        m, plan = self.m, self.plan
+        m, plan, r = self.m, self.plan, self.rows
         wq, kv_tok = self.per_row.weight_bytes, self.per_row.kv_per_token
         pc = self._params
-        weights = (pc.non_expert + pc.routed_experts / plan.ep) * wq / (plan.tp * plan.pp)
+        weights = (pc.non_expert + pc.routed_experts / r.ep) * wq / (r.tp * r.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok
-        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * _workspace_width(m, plan)
+        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * _workspace_width(m, r.tp)
         buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
-        return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (plan.tp * plan.pp))
+        return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (r.tp * r.pp))
 
     def memory_items(self, mem: MemoryColumns, i: int) -> list[MemoryItem]:
         """Row ``i``'s memory as the ledger lists it: on the device, then what the exchanges moved elsewhere."""
@@ -497,8 +515,9 @@ class ServingArrays:
             )
         if f > 0:
             items.append(MemoryItem(tier=self.kv_tier, category="kv_cache", bytes=kv * f))
-        if mem.prefix_cache:
-            items.append(MemoryItem(tier=fx.prefix_tier, category="kv_cache", bytes=mem.prefix_cache))
+        prefix = float(mem.prefix_cache[i])
+        if prefix:
+            items.append(MemoryItem(tier=fx.prefix_tier, category="kv_cache", bytes=prefix))
         return items
 
 
@@ -510,6 +529,9 @@ def _one(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
         kv_offload=np.array([off.fraction if off else 0.0]),
         weight_dtype=np.zeros(1, dtype=np.int64),
         kv_dtype=np.zeros(1, dtype=np.int64),
+        tp=np.array([plan.tp]),
+        pp=np.array([plan.pp]),
+        ep=np.array([plan.ep]),
     )
     return ServingArrays(m, plan, fx, rows, off.tier if off else "host")
 

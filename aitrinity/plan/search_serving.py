@@ -14,11 +14,14 @@ good ones the search prefers the smaller loss, and the Pareto frontier has the l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
@@ -117,6 +120,14 @@ def with_prefix(base: Plan, hit_rate: float, capacity: float) -> Plan:
     return base.model_copy(update={"exchanges": ex})
 
 
+def _searches_prefix(base: Plan, system: System, hit_rate: Callable[[int, int], float] | None) -> bool:
+    """Whether the prefix cache's capacity is searched: a trace to replay, in a tier outside HBM that has a size."""
+    pc = next((x for x in base.exchanges if isinstance(x, PrefixCache)), None)
+    if pc is None or pc.trace is None or hit_rate is None or pc.tier == "hbm":
+        return False
+    return system.tier_capacity_per_device(pc.tier) is not None
+
+
 PREFIX_SHARES = (0.125, 0.25, 0.5, 1.0)
 """Prefix-cache capacities tried: these fractions of the replica's share of the cache's tier."""
 
@@ -132,11 +143,10 @@ def _prefix_options(
 ) -> list[tuple[Plan, float | None, float | None]]:
     """(plan, capacity, hit rate) per prefix-cache size to try; the plan itself when there is nothing to vary."""
     pc = next((x for x in base.exchanges if isinstance(x, PrefixCache)), None)
-    if pc is None or pc.trace is None or hit_rate is None or pc.tier == "hbm":
+    if not _searches_prefix(base, system, hit_rate) or pc is None or hit_rate is None:
         return [(base, None, None)]
     share = system.tier_capacity_per_device(pc.tier)
-    if share is None:
-        return [(base, None, None)]
+    assert share is not None
     per_token = kv_bytes_per_token(m, base.cache_dtype)
     out: list[tuple[Plan, float | None, float | None]] = []
     for frac in PREFIX_SHARES:
@@ -173,17 +183,22 @@ def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
     return drop
 
 
-def _grid(host: bool, batch: int | str) -> ServingRows:
+def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]]) -> ServingRows:
+    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout."""
     batches = sorted({*BATCHES, batch} if isinstance(batch, int) else set(BATCHES))
     grid = list(
         itertools.product(batches, KV_OFFLOAD if host else (0.0,), range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES)))
     )
     cols = list(zip(*grid, strict=True))
+    lay = np.repeat(np.array(layouts, dtype=np.int64).reshape(-1, 3), len(grid), axis=0)
     return ServingRows(
-        batch=np.array(cols[0], dtype=np.int64),
-        kv_offload=np.array(cols[1], dtype=np.float64),
-        weight_dtype=np.array(cols[2], dtype=np.int64),
-        kv_dtype=np.array(cols[3], dtype=np.int64),
+        batch=np.tile(np.array(cols[0], dtype=np.int64), len(layouts)),
+        kv_offload=np.tile(np.array(cols[1], dtype=np.float64), len(layouts)),
+        weight_dtype=np.tile(np.array(cols[2], dtype=np.int64), len(layouts)),
+        kv_dtype=np.tile(np.array(cols[3], dtype=np.int64), len(layouts)),
+        tp=lay[:, 0],
+        pp=lay[:, 1],
+        ep=lay[:, 2],
     )
 
 
@@ -224,21 +239,22 @@ def search_serving(
     }[objective]
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     rows = t.rows
-    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0) + t.tp * t.pp
-    simple += t.ep > 1
+    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0) + rows.tp * rows.pp
+    simple += rows.ep > 1
     simple += np.array([len(entries) for entries in combos])[t.added]
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
     columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, t.drop]
     front = frontier(order, columns) if pareto else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
+    ranked = _choices(t, order[: max(top, 1)].tolist(), system, combos)
     return ServingSearchResult(
         objective=objective,
         evaluated=len(score),
         feasible=len(idx),
-        best=_choice(t, int(order[0]), system, combos) if len(order) else None,
-        top=[_choice(t, int(i), system, combos) for i in order[:top]],
-        pareto=[_choice(t, i, system, combos) for i in front],
+        best=ranked[0] if ranked else None,
+        top=ranked[:top],
+        pareto=_choices(t, front, system, combos),
         infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
         max_accuracy_drop=job.max_accuracy_drop,
     )
@@ -246,11 +262,8 @@ def search_serving(
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """Every candidate of a search, row-wise: its layout, searched values, pricing and quality cost."""
+    """Every candidate of a search, row-wise: its layout and searched values, pricing and quality cost."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    ep: np.ndarray
     rows: ServingRows
     priced: ServingPriced
     capacity: np.ndarray
@@ -274,77 +287,98 @@ def _evaluate(
     combos: list[list[Any]],
 ) -> _Table:
     """Price every layout (and, for a MoE model, expert-parallel degree) x prefix-cache size x registered options
-    x the row grid (one vectorized call each)."""
-    rows = _grid(system.host_memory is not None, job.batch)
-    tps, pps, eps, caps, hits, added = [], [], [], [], [], []
-    deferred = []
+    x the row grid: one vectorized call for all the layouts of each prefix-cache size and option (the prefix cache's
+    sizes, when searched, depend on the layout: one call per layout and size). Rows come out layout by layout, then
+    by prefix-cache size, option and grid row."""
+    host = system.host_memory is not None
+    lays = _layouts(m, system, base.ep)
+    variants: list[tuple[Plan, list[tuple[int, int, int]], float | None, float | None, int]] = []
     replayed: dict[int, float] = {}
-    for tp, pp, ep in _layouts(m, system, base.ep):
-        for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
-            for c, entries in enumerate(combos):
-                p = registry.with_added(plan, entries).model_copy(update={"ep": ep})
-                deferred.append(price_rows_deferred(m, job, p, system, tp, pp, rows, ttft_slo_s, tpot_slo_s))
-                added.append(np.full(len(rows), c))
-                tps.append(np.full(len(rows), tp))
-                pps.append(np.full(len(rows), pp))
-                eps.append(np.full(len(rows), ep))
-                caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
-                hits.append(np.full(len(rows), np.nan if hit is None else hit))
-    # the steady states of every layout at once: one call per TP degree (they do not depend on pp)
+    if _searches_prefix(base, system, prefix_hit_rate):
+        for li, (tp, pp, ep) in enumerate(lays):
+            for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
+                variants.append((plan, [(tp, pp, ep)], capacity, hit, li))
+    else:
+        variants.append((base, lays, None, None, 0))
+    deferred, row_parts, caps, hits, added, rank = [], [], [], [], [], []
+    for v, (plan, group, capacity, hit, first) in enumerate(variants):
+        rows = _grid(host, job.batch, group)
+        per = len(rows) // max(len(group), 1)
+        for c, entries in enumerate(combos):
+            p = registry.with_added(plan, entries)
+            deferred.append(price_rows_deferred(m, job, p, system, rows, ttft_slo_s, tpot_slo_s))
+            row_parts.append(rows)
+            added.append(np.full(len(rows), c))
+            caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
+            hits.append(np.full(len(rows), np.nan if hit is None else hit))
+            # the order of the one-layout-at-a-time search: layout, prefix-cache size (variant), option, grid row
+            layout = first + np.arange(len(rows)) // per
+            rank.append(((layout * len(variants) + v) * len(combos) + c) * per + np.arange(len(rows)) % per)
+    # the steady states of every layout at once: one call per TP and EP degree (they do not depend on pp)
     requests = [r for r, _ in deferred if r is not None]
     answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
     parts = [finish(next(answers) if r is not None else None) for r, finish in deferred]
+    order = np.argsort(np.concatenate(rank), kind="stable") if len(deferred) > 1 else slice(None)
     priced = ServingPriced(
-        *(np.concatenate([getattr(p, f) for p in parts]) for f in ServingPriced.__dataclass_fields__)
+        *(np.concatenate([getattr(p, f) for p in parts])[order] for f in ServingPriced.__dataclass_fields__)
     )
-    tiled = ServingRows(*(np.tile(getattr(rows, f), len(parts)) for f in ServingRows.__dataclass_fields__))
-    added_a = np.concatenate(added)
+    tiled = ServingRows(
+        *(np.concatenate([getattr(r, f) for r in row_parts])[order] for f in ServingRows.__dataclass_fields__)
+    )
+    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (caps, hits, added))
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
     drop = _accuracy_drop(base, tiled) + combo_drop[added_a]
     over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
     priced = dataclasses.replace(
         priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
     )
-    return _Table(
-        np.concatenate(tps),
-        np.concatenate(pps),
-        np.concatenate(eps),
-        tiled,
-        priced,
-        np.concatenate(caps),
-        np.concatenate(hits),
-        added_a,
-        drop,
-    )
+    return _Table(tiled, priced, caps_a, hits_a, added_a, drop)
 
 
-def _choice(t: _Table, i: int, system: System, combos: list[list[Any]]) -> ServingChoice:
+def _or_none(values: np.ndarray) -> list[float | None]:
+    """The values as floats, NaN as None."""
+    return [None if math.isnan(x) else x for x in values.tolist()]
+
+
+def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]]) -> list[ServingChoice]:
+    """Rows ``idx`` as results (each column gathered once: a search makes about a hundred for its frontier)."""
+    if not idx:
+        return []
+    at = np.asarray(idx, dtype=np.int64)
     p, r = t.priced, t.rows
-    usd = float(p.usd_per_million_tokens[i])
-    return ServingChoice(
-        tp=int(t.tp[i]),
-        pp=int(t.pp[i]),
-        replicas=system.num_devices // int(t.tp[i] * t.pp[i]),
-        batch=int(r.batch[i]),
-        kv_offload=float(r.kv_offload[i]),
-        weight_quantization=WEIGHT_DTYPES[int(r.weight_dtype[i])],
-        kv_quantization=KV_DTYPES[int(r.kv_dtype[i])],
-        ttft_s=float(p.ttft_s[i]),
-        tpot_s=float(p.tpot_s[i]),
-        latency_s=float(p.latency_s[i]),
-        tokens_per_s=float(p.tokens_per_s[i]),
-        throughput_tokens_per_s=float(p.throughput_tokens_per_s[i]),
-        hbm_bytes=float(p.hbm_bytes[i]),
-        link_bytes=float(p.link_bytes[i]),
-        usd_per_million_tokens=None if np.isnan(usd) else usd,
-        joules_per_token=float(p.joules_per_token[i]),
-        accuracy_drop=float(t.drop[i]),
-        binding=RESOURCES[int(p.binding[i])],
-        prefix_capacity_bytes=None if np.isnan(t.capacity[i]) else float(t.capacity[i]),
-        prefix_hit_rate=None if np.isnan(t.hit[i]) else float(t.hit[i]),
-        added=[e.model_dump(mode="json") for e in combos[int(t.added[i])]],
-        ep=int(t.ep[i]),
-    )
+    tp, pp = r.tp[at].tolist(), r.pp[at].tolist()
+    cols = {
+        "tp": tp,
+        "pp": pp,
+        "replicas": [system.num_devices // (t * q) for t, q in zip(tp, pp, strict=True)],
+        "batch": r.batch[at].tolist(),
+        "kv_offload": r.kv_offload[at].tolist(),
+        "weight_quantization": [WEIGHT_DTYPES[j] for j in r.weight_dtype[at].tolist()],
+        "kv_quantization": [KV_DTYPES[j] for j in r.kv_dtype[at].tolist()],
+        "ttft_s": p.ttft_s[at].tolist(),
+        "tpot_s": p.tpot_s[at].tolist(),
+        "latency_s": p.latency_s[at].tolist(),
+        "tokens_per_s": p.tokens_per_s[at].tolist(),
+        "throughput_tokens_per_s": p.throughput_tokens_per_s[at].tolist(),
+        "hbm_bytes": p.hbm_bytes[at].tolist(),
+        "link_bytes": p.link_bytes[at].tolist(),
+        "usd_per_million_tokens": _or_none(p.usd_per_million_tokens[at]),
+        "joules_per_token": p.joules_per_token[at].tolist(),
+        "accuracy_drop": t.drop[at].tolist(),
+        "binding": [RESOURCES[j] for j in p.binding[at].tolist()],
+        "prefix_capacity_bytes": _or_none(t.capacity[at]),
+        "prefix_hit_rate": _or_none(t.hit[at]),
+        "added": [[e.model_dump(mode="json") for e in combos[j]] for j in t.added[at].tolist()],
+        "ep": r.ep[at].tolist(),
+    }
+    names = list(cols)
+    return _choice_list().validate_python([dict(zip(names, v, strict=True)) for v in zip(*cols.values(), strict=True)])
+
+
+@functools.cache
+def _choice_list() -> TypeAdapter[list[ServingChoice]]:
+    """Validates a list of choices in one call (faster than one model at a time)."""
+    return TypeAdapter(list[ServingChoice])
 
 
 def _layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int, int]]:

@@ -5,8 +5,9 @@ The phases and memory of every row come from :class:`aitrinity.cost.serving.Serv
 pricing, row-wise, as :func:`aitrinity.cost.estimate.price_serving_ledger` prices one plan: the operator model's
 steady state at fixed concurrency (``mode: concurrency``, the default; the same
 :func:`~aitrinity.cost.concurrency.steady_state` on the rows' arrays) or the static-batch roofline. Rows share a
-model, a job, a system and a layout ``(tp, pp)`` and differ in batch size (the concurrency), the fraction of the KV
-cache offloaded to host memory, weight quantization and KV quantization. A prefix cache, KV compression or weight
+model, a job and a system and differ in layout (TP, PP and EP degrees), batch size (the concurrency), the fraction of
+the KV cache offloaded to host memory, weight quantization and KV quantization: a search prices all its layouts in
+one call. A prefix cache, KV compression or weight
 streaming written in the scenario's plan applies to every row. ``tests/plan/test_vector_serving.py`` checks every
 row of small spaces against the one-plan path.
 """
@@ -102,16 +103,14 @@ def price_rows(
     job: ServingJob,
     base: Plan,
     system: System,
-    tp: int,
-    pp: int,
     rows: ServingRows,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
     kernels: Kernels | None = None,
 ) -> ServingPriced:
-    """Price every row for layout ``(tp, pp)``; ``kernels`` time the steady state's operators at fixed
+    """Price every row (each with its own layout); ``kernels`` time the steady state's operators at fixed
     concurrency (default: the device's catalog roofline)."""
-    request, finish = price_rows_deferred(m, job, base, system, tp, pp, rows, ttft_slo_s, tpot_slo_s)
+    request, finish = price_rows_deferred(m, job, base, system, rows, ttft_slo_s, tpot_slo_s)
     if request is None:
         return finish(None)
     return finish(answer_steady(m, kernels or roofline(system.device), system, job, [request])[0])
@@ -119,14 +118,14 @@ def price_rows(
 
 @dataclass(frozen=True)
 class SteadyRequest:
-    """The fixed-concurrency steady states one layout's rows need: those that run, by (batch, weight dtype, KV
-    dtype) key. It does not depend on ``pp``, so the layouts of one TP degree share their steady states."""
+    """The fixed-concurrency steady states the rows that run need, by (TP, EP, batch, weight dtype, KV dtype). They
+    do not depend on ``pp``, so the layouts of one TP degree share their steady states."""
 
-    tp: int
-    ep: int
     weights_dtype: str
     cache_dtype: str
     prefix_hit: float
+    tp: Ints
+    ep: Ints
     keys: Ints
     """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
     speculation: Speculation | None = None
@@ -145,38 +144,43 @@ class SteadyAnswer:
 def answer_steady(
     m: ModelSpec, k: Kernels, system: System, job: ServingJob, requests: list[SteadyRequest]
 ) -> list[SteadyAnswer]:
-    """One steady-state call per TP degree (and fixed dtypes and prefix hit rate) for all the requests that
-    share it, over the union of their keys; each request gets its own keys' values back (the values of a
-    key do not depend on which others are in the call)."""
+    """One steady-state call for all the requests' rows that share dtypes and a prefix hit rate, over their distinct
+    (TP, EP, batch, weight dtype, KV dtype); each request gets its own rows' values back (a value does not depend
+    on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[int, int, str, str, float, Speculation | None], list[int]] = {}
+    groups: dict[tuple[str, str, float, Speculation | None], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.tp, r.ep, r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
-    out: list[SteadyAnswer | None] = [None] * len(requests)
-    for (tp, ep, wd, kd, hit, spec), members in groups.items():
-        distinct = np.unique(np.concatenate([requests[i].keys for i in members]))
-        if not len(distinct):  # no row of these layouts runs (none fits): nothing to price
-            empty = np.zeros(0)
-            for i in members:
-                out[i] = SteadyAnswer(empty, empty, empty, empty)
-            continue
-        mixed = MixedKernels(
-            k, Dtypes((wd, *WEIGHT_DTYPES[1:]), distinct // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), distinct % nk)
-        )
-        ss = steady_state(
-            m,
-            mixed,
-            Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing),
-            distinct // (nk * nw),
-            job.prompt_tokens,
-            job.output_tokens,
-            prefill_fraction=1.0 - hit,
-            speculation=spec,
-        )
+        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
+    out: list[list[F] | None] = [None] * len(requests)
+    for (wd, kd, hit, spec), members in groups.items():
+        tps = np.concatenate([requests[i].tp for i in members])
+        eps = np.concatenate([requests[i].ep for i in members])
+        keys = np.concatenate([requests[i].keys for i in members])
+        values = np.zeros((4, 0))
+        if len(keys):  # (no row runs -- none fits: nothing to price)
+            span, deg = int(keys.max()) + 1, int(eps.max()) + 1
+            distinct, at = np.unique((tps * deg + eps) * span + keys, return_inverse=True)
+            key, tp, ep = distinct % span, distinct // span // deg, distinct // span % deg
+            mixed = MixedKernels(
+                k, Dtypes((wd, *WEIGHT_DTYPES[1:]), key // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), key % nk)
+            )
+            ss = steady_state(
+                m,
+                mixed,
+                Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing),
+                key // (nk * nw),
+                job.prompt_tokens,
+                job.output_tokens,
+                prefill_fraction=1.0 - hit,
+                speculation=spec,
+            )
+            values = np.stack([ss.ttft_s, ss.tpot_s, ss.decode_step.total, ss.interference_s])[:, at]
+        start = 0
         for i in members:
-            at = np.searchsorted(distinct, requests[i].keys)
-            out[i] = SteadyAnswer(ss.ttft_s[at], ss.tpot_s[at], ss.decode_step.total[at], ss.interference_s[at])
-    return [a for a in out if a is not None]
+            end = start + len(requests[i].keys)
+            out[i] = list(values[:, start:end])
+            start = end
+    return [SteadyAnswer(*a) for a in out if a is not None]
 
 
 def price_rows_deferred(
@@ -184,8 +188,6 @@ def price_rows_deferred(
     job: ServingJob,
     base: Plan,
     system: System,
-    tp: int,
-    pp: int,
     rows: ServingRows,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
@@ -196,9 +198,7 @@ def price_rows_deferred(
     n = len(rows)
     # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the one-plan ledger sees them; the
     # rows' own quantization and KV offload (to host memory) on top
-    fixed = base.model_copy(
-        update={"tp": tp, "pp": pp, "exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]}
-    )
+    fixed = base.model_copy(update={"exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]})
     fplan, fx = effects(fixed)
     arrays = ServingArrays(m, fplan, fx, rows)
     B = rows.batch.astype(np.float64)
@@ -245,7 +245,8 @@ def price_rows_deferred(
     no_host = (f > 0) & (host_cap is None)
 
     # --- metrics
-    replicas = system.num_devices // (tp * pp)
+    pp = rows.pp
+    replicas = system.num_devices // (rows.tp * pp)
     price = system.price_per_hour_usd
     one = resources(arrays.prefill(np.ones(n), P)) if job.mode == "concurrency" else pre
     runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
@@ -254,7 +255,7 @@ def price_rows_deferred(
         nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
         keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
         request = SteadyRequest(
-            tp, base.ep, fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, keys, fx.speculation
+            fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, rows.tp[runs], rows.ep[runs], keys, fx.speculation
         )
 
     def finish(answer: SteadyAnswer | None) -> ServingPriced:
@@ -354,8 +355,9 @@ def _steady(
     return ttft, tpot, binding
 
 
-def _lower_tier_over(system: System, tier: str, share: float, n: int) -> NDArray[np.bool_]:
-    """A prefix cache in SSD or a remote pool that exceeds the device's share of that tier."""
-    if tier not in ("ssd", "remote") or not share:
+def _lower_tier_over(system: System, tier: str, share: F, n: int) -> NDArray[np.bool_]:
+    """A prefix cache in SSD or a remote pool that exceeds the device's share of that tier (``share``: per row)."""
+    if tier not in ("ssd", "remote"):
         return np.zeros(n, dtype=bool)
-    return np.full(n, share > (system.tier_capacity_per_device(tier) or 0.0))
+    out: NDArray[np.bool_] = (share > 0) & (share > (system.tier_capacity_per_device(tier) or 0.0))
+    return out

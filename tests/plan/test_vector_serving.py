@@ -86,8 +86,11 @@ def test_every_row_matches_the_scalar_ledger(case, mode):
         kv_offload=np.array(cols[1], dtype=float),
         weight_dtype=np.array(cols[2]),
         kv_dtype=np.array(cols[3]),
+        tp=np.full(len(grid), tp),
+        pp=np.full(len(grid), pp),
+        ep=np.full(len(grid), base.ep),
     )
-    got = price_rows(m, job, base, system, tp, pp, rows)
+    got = price_rows(m, job, base, system, rows)
     checked = 0
     for i, (b, f, wq, kq) in enumerate(grid):
         plan = row_plan(base, tp, pp, f, WEIGHT_DTYPES[wq], KV_DTYPES[kq])
@@ -112,3 +115,36 @@ def test_every_row_matches_the_scalar_ledger(case, mode):
         assert bool(got.feasible[i]) == fits, (grid[i], got.reason[i])
         checked += 1
     assert checked > (20 if mode == "static" else 10)  # at fixed concurrency only rows that fit are priced
+
+
+@pytest.mark.parametrize("mode", ["concurrency", "static"])
+def test_layouts_priced_in_one_call_equal_each_alone(mode):
+    """Rows of many layouts (TP inside and across nodes, PP across nodes, EP) in one call give exactly what one
+    call per layout gives: a row's layout is its own, whatever its neighbours'."""
+    m = catalog.model("mixtral-8x7b")
+    system = make_system(n=8, host_memory="host-dram", per_node=4, overlap="partial")
+    job = ServingJob(prompt_tokens=2048, output_tokens=256, mode=mode)
+    base = validate(Plan, {})
+    layouts = [(1, 1, 1), (2, 1, 2), (4, 2, 1), (8, 1, 1), (8, 1, 4), (2, 4, 1), (1, 8, 1)]
+    grid = list(itertools.product([1, 16, 256], [0.0, 0.5], range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES))))
+    cols = [np.array(c) for c in zip(*grid, strict=True)]
+
+    def rows(lays: list[tuple[int, int, int]]) -> ServingRows:
+        lay = np.repeat(np.array(lays), len(grid), axis=0)
+        k = len(lays)
+        return ServingRows(
+            np.tile(cols[0], k),
+            np.tile(cols[1].astype(float), k),
+            np.tile(cols[2], k),
+            np.tile(cols[3], k),
+            lay[:, 0],
+            lay[:, 1],
+            lay[:, 2],
+        )
+
+    together = price_rows(m, job, base, system, rows(layouts))
+    alone = [price_rows(m, job, base, system, rows([lay])) for lay in layouts]
+    assert together.feasible.any()
+    for field in type(together).__dataclass_fields__:
+        want = np.concatenate([getattr(a, field) for a in alone])
+        assert np.array_equal(getattr(together, field), want, equal_nan=want.dtype.kind == "f"), field
