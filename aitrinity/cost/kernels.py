@@ -40,6 +40,8 @@ from aitrinity.spec.hardware import (
 )
 
 Array = NDArray[np.float64]
+Size = float | NDArray[np.float64] | NDArray[np.int64]
+"""A GEMM dimension or a head count: one number, or one per element (the shapes of many layouts)."""
 _PAIR = 1 << 20
 """(TP, EP) pairs packed as ``tp * _PAIR + ep`` for :func:`per_value`."""
 
@@ -119,23 +121,23 @@ class Kernels(Protocol):
         """Where the numbers come from: ``table <gpu>/<engine>/<version>`` or ``roofline (catalog <device>)``."""
         ...
 
-    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         """``(m x k) @ (k x n)`` in ``dtype`` (weights and activations; bf16 / fp8 / fp4)."""
         ...
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         """One kernel over ``groups`` independent ``(m x k) @ (k x n)`` GEMMs (a fused MoE's experts): each
         group's work, one launch."""
         ...
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention)."""
         ...
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         """One query token per sequence over ``context`` cached tokens, ``batch`` sequences."""
         ...
@@ -194,7 +196,7 @@ class RooflineKernels:
                 return self.peak_flops[d]
         return max(self.peak_flops.values())
 
-    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         p = self.params.gemm_for(dtype)
         return self._gemm(m, n, k, p.efficiency, p.half_rows, p.launch_s, BYTES_PER_DTYPE[dtype], self._peak(dtype))
 
@@ -214,8 +216,8 @@ class RooflineKernels:
     def _gemm(
         self,
         m: ArrayLike,
-        n: ArrayLike,
-        k: ArrayLike,
+        n: Size,
+        k: Size,
         e: float | Array,
         h: float | Array,
         launch: float | Array,
@@ -223,7 +225,7 @@ class RooflineKernels:
         peak: float | Array,
     ) -> Array:
         """The roofline of a GEMM from its dtype's terms (numbers, or one per element)."""
-        rows, n, k = _as(m), _as(n), _as(k)
+        rows = _as(m)
         eff = e * rows / (rows + h)
         flops = 2.0 * rows * n * k
         nbytes = n * k * wb + rows * (k + n) * 2.0  # weights in their dtype, activations in bf16
@@ -231,73 +233,76 @@ class RooflineKernels:
         out: Array = launch + np.maximum(flops / (peak * eff), mem)
         return out
 
-    def gemm_each(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dt: Dtypes) -> Array:
+    def gemm_each(self, m: ArrayLike, n: Size, k: Size, dt: Dtypes) -> Array:
         """:meth:`gemm` with a dtype per element, in one pass (the same arithmetic, element by element)."""
         return self._gemm(m, n, k, *self._gemm_terms(dt.names, dt.index))
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         launch = self.params.gemm_for(dtype).launch_s
         return launch + _as(groups) * (self.gemm(m, n, k, dtype) - launch)
 
-    def grouped_gemm_each(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dt: Dtypes) -> Array:
+    def grouped_gemm_each(self, groups: ArrayLike, m: ArrayLike, n: Size, k: Size, dt: Dtypes) -> Array:
         """:meth:`grouped_gemm` with a dtype per element, in one pass."""
         terms = self._gemm_terms(dt.names, dt.index)
         out: Array = terms[2] + _as(groups) * (self._gemm(m, n, k, *terms) - terms[2])
         return out
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         b, s = _as(batch), _as(tokens)
-        flops = 2.0 * b * s * s * _as(heads) * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
+        flops = 2.0 * b * s * s * heads * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
         p = self.params.attention
         return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         return self._decode_attention(batch, context, kv_heads, head_dim, BYTES_PER_DTYPE[kv_dtype])
 
     def _decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_bytes: ArrayLike
+        self, batch: ArrayLike, context: ArrayLike, kv_heads: Size, head_dim: int, kv_bytes: Size
     ) -> Array:
         b, c = _as(batch), _as(context)
-        kv = 2.0 * b * c * _as(kv_heads) * head_dim * _as(kv_bytes)
+        kv = 2.0 * b * c * kv_heads * head_dim * kv_bytes
         p = self.params.attention
         out: Array = p.launch_s + kv / (self.memory_bandwidth_Bps * p.decode_memory_efficiency)
         return out
 
     def decode_attention_each(
-        self, batch: ArrayLike, context: ArrayLike, kv_heads: ArrayLike, head_dim: int, dt: Dtypes
+        self, batch: ArrayLike, context: ArrayLike, kv_heads: Size, head_dim: int, dt: Dtypes
     ) -> Array:
         """:meth:`decode_attention` with a KV dtype per element, in one pass."""
         kv_bytes = np.array([BYTES_PER_DTYPE[d] for d in dt.names])[dt.index]
         return self._decode_attention(batch, context, kv_heads, head_dim, kv_bytes)
 
     def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
-        size = _as(payload_bytes)
+        return self._collective(_as(payload_bytes), gpus, 2.0)
 
-        def time(n: int) -> Array:
+    def _collective(self, size: Array, gpus: ArrayLike, factor: float) -> Array:
+        """``latency + factor·(n-1)/n · size / bus bandwidth`` at the all-reduce parameters of ``n`` GPUs (0 for one
+        GPU); ``gpus`` one count or one per element (each element its own count's parameters, in one pass)."""
+        g = np.asarray(gpus)
+        if g.ndim == 0:
+            n = int(g)
             if n <= 1:
                 return np.zeros(size.shape)
             c = self.params.all_reduce_for(n)
-            return c.latency_s + 2.0 * (n - 1) / n * size / c.bus_bandwidth_Bps
-
-        return per_value(gpus, time)
+            out: Array = c.latency_s + factor * (n - 1) / n * size / c.bus_bandwidth_Bps
+            return out
+        counts, at = np.unique(g, return_inverse=True)
+        params = [self.params.all_reduce_for(int(n)) if n > 1 else None for n in counts.tolist()]
+        lat = np.array([p.latency_s if p else 0.0 for p in params])[at]
+        bw = np.array([p.bus_bandwidth_Bps if p else 1.0 for p in params])[at]
+        nf = g.astype(np.float64)
+        out = np.where(g > 1, lat + factor * (nf - 1.0) / nf * size / bw, 0.0)
+        return np.broadcast_to(out, np.broadcast_shapes(out.shape, size.shape)).astype(np.float64)
 
     def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         """``(n-1)/n`` of the payload leaves each GPU once, at the all-reduce's bus bandwidth and latency (an
         all-reduce moves ``2(n-1)/n``: NCCL's bus-bandwidth convention, Jeaugey 2019, nccl-tests
         PERFORMANCE.md)."""
-        size = _as(payload_bytes)
-
-        def time(n: int) -> Array:
-            if n <= 1:
-                return np.zeros(size.shape)
-            c = self.params.all_reduce_for(n)
-            return c.latency_s + (n - 1) / n * size / c.bus_bandwidth_Bps
-
-        return per_value(gpus, time)
+        return self._collective(_as(payload_bytes), gpus, 1.0)
 
     def elementwise(self, nbytes: ArrayLike) -> Array:
         return self.params.elementwise_launch_s + _as(nbytes) / (
@@ -355,7 +360,7 @@ class TableKernels:
             self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))} {shape.routing}")
         return np.full(np.shape(tokens), np.nan)
 
-    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         grid = self.gemm_grids.get(dtype)
         if grid is None and dtype == "fp4" and "fp8" in self.gemm_grids:
             # no fp4 tensor cores before Blackwell: engines run fp4 weights through the fp8 path
@@ -365,7 +370,7 @@ class TableKernels:
             return self.fallback.gemm(m, n, k, dtype)
         return grid(m, n, k)
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         """Each group as the table's GEMM less one launch (the derived parameters' ``launch_s``: the table's
         smallest latency), plus one launch."""
         launch = self.fallback.params.gemm_for(dtype).launch_s
@@ -379,7 +384,7 @@ class TableKernels:
         return at
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
@@ -395,7 +400,7 @@ class TableKernels:
         return per_value(kv_heads, time)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
@@ -481,14 +486,14 @@ class MixedKernels:
         assert out is not None, "no element has a dtype"
         return out
 
-    def gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def gemm(self, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         if dtype != WEIGHTS:
             return self.base.gemm(m, n, k, dtype)
         if isinstance(self.base, RooflineKernels):  # its dtypes are parameters: one pass
             return self.base.gemm_each(m, n, k, self.weights)
         return self._mix(self.weights, lambda d: self.base.gemm(m, n, k, d))
 
-    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str) -> Array:
+    def grouped_gemm(self, groups: ArrayLike, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         if dtype != WEIGHTS:
             return self.base.grouped_gemm(groups, m, n, k, dtype)
         if isinstance(self.base, RooflineKernels):
@@ -496,7 +501,7 @@ class MixedKernels:
         return self._mix(self.weights, lambda d: self.base.grouped_gemm(groups, m, n, k, d))
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         def t(d: str) -> Array:
             return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d)
@@ -506,7 +511,7 @@ class MixedKernels:
         return self._mix(self.kv, t)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: int, kv_dtype: str
+        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
     ) -> Array:
         def t(d: str) -> Array:
             return self.base.decode_attention(batch, context, heads, kv_heads, head_dim, d)

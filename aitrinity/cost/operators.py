@@ -305,7 +305,7 @@ def step_times(
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
-    spread = np.asarray(lay.dp) > 1
+    spread = np.asarray(lay.dp) > 1 if m.moe else np.False_
     if m.moe and spread.any():  # the replicas' tokens meet in each MoE layer, and go back
         # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back; without EP, every expert
         # is split over the whole group: all-gather the tokens, reduce-scatter the outputs (a layout that does

@@ -36,11 +36,11 @@ def quantize(x: np.ndarray) -> np.ndarray:
 
 
 def _weakly_better(a: np.ndarray, b: np.ndarray) -> NDArray[np.bool_]:
-    """``[i, j]``: row ``a[i] <= b[j]`` in every column -- one 2-D comparison per column (a 3-D comparison reduced
-    over its short last axis is several times slower)."""
-    out: NDArray[np.bool_] = a[:, 0][:, None] <= b[:, 0][None, :]
-    for c in range(1, a.shape[1]):
-        out &= a[:, c][:, None] <= b[:, c][None, :]
+    """``[i, j]``: point ``a[:, i] <= b[:, j]`` in every coordinate (points as columns; one 2-D comparison per
+    coordinate, which is several times faster than one 3-D comparison reduced over its short last axis)."""
+    out: NDArray[np.bool_] = a[0][:, None] <= b[0][None, :]
+    for c in range(1, a.shape[0]):
+        out &= a[c][:, None] <= b[c][None, :]
     return out
 
 
@@ -58,20 +58,21 @@ def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
     """
     if not len(points):
         return []
-    lo, hi = points.min(axis=0), points.max(axis=0)
+    cols = np.ascontiguousarray(points.T)  # one row per objective: reductions and comparisons run contiguous
+    lo, hi = cols.min(axis=1), cols.max(axis=1)
     span = np.where(hi > lo, hi - lo, 1.0)
-    rest = np.argsort(((points - lo) / span).sum(axis=1), kind="stable")
+    rest = np.argsort(((cols - lo[:, None]) / span[:, None]).sum(axis=0), kind="stable")
     kept: list[np.ndarray] = []
     while len(rest):
         block = max(1, min(256, work // len(rest)))
         head, rest = rest[:block], rest[block:]
-        p = points[head]
+        p = cols[:, head]
         front = head[~np.any(np.triu(_weakly_better(p, p), 1), axis=0)]  # no earlier row of the block <= it
         kept.append(front)
         if len(rest):
-            rest = rest[~np.any(_weakly_better(points[front], points[rest]), axis=0)]
+            rest = rest[~np.any(_weakly_better(cols[:, front], cols[:, rest]), axis=0)]
     k = np.sort(np.concatenate(kept))
-    le = _weakly_better(points[k], points[k])  # [j, i]: row j <= row i
+    le = _weakly_better(cols[:, k], cols[:, k])  # [j, i]: row j <= row i
     return [int(i) for i in k[~np.any(le & ~le.T, axis=0)]]  # no row <= it and strictly better somewhere
 
 
@@ -82,5 +83,5 @@ def frontier(order: Ints, columns: Sequence[np.ndarray]) -> list[int]:
     """
     if not len(order):
         return []
-    pts = quantize(np.stack([c[order] for c in columns], axis=1))
+    pts = quantize(np.stack([c[order] for c in columns])).T  # (a view: pareto_indices works on the columns)
     return [int(order[k]) for k in pareto_indices(pts)]  # positions in rank order: equal points keep the best

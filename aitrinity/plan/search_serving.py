@@ -185,21 +185,30 @@ def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
 
 def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]]) -> ServingRows:
     """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout."""
+    return _grid_of(host, batch, tuple(layouts))
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_of(host: bool, batch: int | str, layouts: tuple[tuple[int, int, int], ...]) -> ServingRows:
+    """:func:`_grid`, kept: searches of one system ask for the same grid again (its arrays are never written)."""
     batches = sorted({*BATCHES, batch} if isinstance(batch, int) else set(BATCHES))
     grid = list(
         itertools.product(batches, KV_OFFLOAD if host else (0.0,), range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES)))
     )
     cols = list(zip(*grid, strict=True))
     lay = np.repeat(np.array(layouts, dtype=np.int64).reshape(-1, 3), len(grid), axis=0)
-    return ServingRows(
+    rows = ServingRows(
         batch=np.tile(np.array(cols[0], dtype=np.int64), len(layouts)),
         kv_offload=np.tile(np.array(cols[1], dtype=np.float64), len(layouts)),
         weight_dtype=np.tile(np.array(cols[2], dtype=np.int64), len(layouts)),
         kv_dtype=np.tile(np.array(cols[3], dtype=np.int64), len(layouts)),
-        tp=lay[:, 0],
-        pp=lay[:, 1],
-        ep=lay[:, 2],
+        tp=lay[:, 0].copy(),
+        pp=lay[:, 1].copy(),
+        ep=lay[:, 2].copy(),
     )
+    for f in ServingRows.__dataclass_fields__:
+        getattr(rows, f).flags.writeable = False
+    return rows
 
 
 def search_serving(

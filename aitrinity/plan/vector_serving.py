@@ -224,7 +224,8 @@ def price_rows_deferred(
             moved = moved + c_bytes[ch]
         return Phase(compute, ph.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory), links, moved)
 
-    pre_cols = arrays.prefill(B, P)
+    # the prefill of the batch (a static batch's TTFT) or of one request (the floor of a TTFT at fixed concurrency)
+    pre_cols = arrays.prefill(B if job.mode == "static" else np.ones(n), P)
     pre, pre_ops = resources(pre_cols), pre_cols.operators
     dec = resources(arrays.decode(B, P + n_out // 2))  # at the mean context
 
@@ -248,7 +249,6 @@ def price_rows_deferred(
     pp = rows.pp
     replicas = system.num_devices // (rows.tp * pp)
     price = system.price_per_hour_usd
-    one = resources(arrays.prefill(np.ones(n), P)) if job.mode == "concurrency" else pre
     runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
     request = None
     if job.mode == "concurrency":
@@ -261,13 +261,13 @@ def price_rows_deferred(
     def finish(answer: SteadyAnswer | None) -> ServingPriced:
         """The rows' metrics and feasibility once their steady states (or the static batch's phases) are in."""
         if answer is not None:
-            ttft, tpot, binding = _steady(system, rows, one, dec, runs, answer)
+            ttft, tpot, binding = _steady(system, rows, pre, dec, runs, answer)
             latency = ttft + (n_out - 1) * tpot
             rate = B * n_out / latency * replicas
             tokens_per_s = throughput = rate
             usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(n, np.nan)
             joules = system.power_W * system.num_devices / rate
-            moved_pre = one.moved
+            moved_pre = pre.moved
         else:
             ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
             tpot = combine(dec.times(), system) + float(L * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
@@ -350,7 +350,8 @@ def _steady(
     ttft = np.maximum(combine([ttft_op, *one.streams()], system), one.floor())
     tpot = np.maximum(combine([tpot_op, *dec.streams()], system), dec.floor())
     latency = np.maximum(dec_step - dec.floor(), 0.0)
-    parts = np.nan_to_num(np.stack([dec.compute, dec.hbm, dec.link_max(), latency, interference]))
+    parts = np.stack([dec.compute, dec.hbm, dec.link_max(), latency, interference])
+    parts[np.isnan(parts)] = 0.0  # (rows that do not run)
     binding: Ints = np.argmax(parts, axis=0)
     return ttft, tpot, binding
 
