@@ -27,3 +27,16 @@ def test_switch_cost_must_pay_back():
 def test_bad_setup():
     with pytest.raises(ValueError):
         Controller(["a"], "z")
+
+
+def test_history_is_bounded_and_the_run_counted():
+    """A long run keeps its newest `keep` decisions; periods and switches count the whole run."""
+    c = Controller(["a", "b"], "a", margin=0.0, patience=1, keep=50)
+    for i in range(5000):
+        best = "b" if (i // 10) % 2 else "a"  # the better option flips every 10 periods
+        c.decide({"a": 1.0 if best == "a" else 2.0, "b": 1.0 if best == "b" else 2.0}.__getitem__)
+    assert len(c.history) == 50
+    assert [d.period for d in c.history] == list(range(4950, 5000))
+    assert c.periods == 5000 and c.switches == 499  # every flip but the first period's
+    with pytest.raises(ValueError):
+        Controller(["a"], "a", keep=0)

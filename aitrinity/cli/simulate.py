@@ -472,7 +472,9 @@ def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) ->
     p = args.prefill_instances
     if p:
         # the simulator moves an instance's whole KV over one link: per rank, its share of that bandwidth
-        share = kv_shard_factor(step.model, step.layout.tp)
+        tp = step.layout.tp
+        assert isinstance(tp, int), "a simulated instance has one TP degree"
+        share = kv_shard_factor(step.model, tp)
         link = KVLink(cfg.kv_link_Bps * share, cfg.kv_link_latency_s, args.kv_link)
         pools = Pool(p, step.layout), Pool(args.instances - p, step.layout)
         ds = disaggregated_steady_state(

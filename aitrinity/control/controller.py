@@ -5,13 +5,20 @@ telemetry (measured bandwidth, compute time, codec cost). The Controller
 switches from the current option to the predicted best only when the best
 beats the current one by more than ``margin`` (a fraction) *and* the switch
 cost is paid back within ``payback`` periods, for ``patience`` consecutive
-periods in a row; otherwise it stays. Every period's predictions and the
-reason for the decision are kept (``history``), so a run can be explained
-afterwards.
+periods in a row; otherwise it stays. The last ``keep`` periods' predictions
+and the reason for each decision are kept (``history``), so a run can be
+explained afterwards, and a long run's memory stays bounded; ``periods`` and
+``switches`` count the whole run.
+
+Its options are what a loop can switch between (the exchange registry's
+entries for the technique, :func:`aitrinity.plan.registry.choices`), its
+predictions come from the caller, priced on what the loop measured
+(:class:`aitrinity.control.telemetry.Rates`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,15 +40,22 @@ class Controller:
     patience: int = 2
     switch_cost_s: float = 0.0
     payback: int = 10
-    history: list[Decision] = field(default_factory=list)
+    keep: int = 1000
+    """Periods of ``history`` kept (the newest)."""
+    history: deque[Decision] = field(init=False)
+    periods: int = field(default=0, init=False)
+    """Decisions taken in the whole run."""
+    switches: int = field(default=0, init=False)
+    """Switches in the whole run."""
     _streak: int = 0
     _candidate: str | None = None
 
     def __post_init__(self) -> None:
         if self.current not in self.options:
             raise ValueError(f"current option {self.current!r} is not among {list(self.options)}")
-        if self.margin < 0 or self.patience < 1:
-            raise ValueError("margin >= 0 and patience >= 1")
+        if self.margin < 0 or self.patience < 1 or self.keep < 1:
+            raise ValueError("margin >= 0, patience >= 1 and keep >= 1")
+        self.history = deque(maxlen=self.keep)
 
     def decide(self, predict: Callable[[str], float]) -> Decision:
         pred = {o: predict(o) for o in self.options}
@@ -67,6 +81,8 @@ class Controller:
                 self._streak, self._candidate = 0, None
             else:
                 reason = f"{best} predicted faster ({self._streak}/{self.patience} periods)"
-        d = Decision(len(self.history), self.current, switched, pred, reason)
+        d = Decision(self.periods, self.current, switched, pred, reason)
         self.history.append(d)
+        self.periods += 1
+        self.switches += switched
         return d

@@ -24,6 +24,7 @@ one-plan ledger and the vectorized rows alike), with the same four consequences.
 from __future__ import annotations
 
 import itertools
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -178,6 +179,18 @@ def get(kind: str) -> Exchange:
         return _REGISTRY[kind]
     except KeyError:
         raise KeyError(f"no exchange of kind {kind!r} is registered") from None
+
+
+def choices(kind: str, name: str) -> tuple[Any, ...]:
+    """The values a registered technique's parameter may take (its spec's ``Literal``): what a Controller can
+    switch between at run time, e.g. ``choices("gradient-compression", "method")``."""
+    spec = get(kind).spec
+    if spec is None or name not in spec.model_fields:
+        raise KeyError(f"{kind!r} has no parameter {name!r}")
+    values = typing.get_args(spec.model_fields[name].annotation)
+    if typing.get_origin(spec.model_fields[name].annotation) is not Literal or not values:
+        raise KeyError(f"{kind}.{name} is not a choice among fixed values")
+    return values
 
 
 def registered(workload: Workload | None = None) -> list[Exchange]:

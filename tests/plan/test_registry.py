@@ -335,3 +335,16 @@ def test_a_statistical_cost_is_paid_in_the_ranking():
         finally:
             registry.unregister(toy.kind)
     assert in_top[1.0] > 25 and in_top[5.0] == 0
+
+
+def test_choices_are_a_technique_s_fixed_values():
+    """What a Controller may switch between comes from the registry (the DDP hook's `auto` options do)."""
+    from aitrinity.systems.ddp.worker import AUTO_OPTIONS, NOT_SWITCHED
+
+    methods = registry.choices("gradient-compression", "method")
+    assert "int8" in methods and "powersgd" in methods
+    assert ("none", *(m for m in methods if m not in NOT_SWITCHED)) == AUTO_OPTIONS
+    with pytest.raises(KeyError):
+        registry.choices("gradient-compression", "density")  # a number, not a choice
+    with pytest.raises(KeyError):
+        registry.choices("gradient-compression", "nope")

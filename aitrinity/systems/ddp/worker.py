@@ -24,11 +24,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from aitrinity.control import Controller
+from aitrinity.control import Controller, Rates
 from aitrinity.cost.grad_compression import message, step_time
+from aitrinity.plan import registry
 from aitrinity.systems.ddp import hooks, tasks
 
-AUTO_OPTIONS = ("none", "fp16", "int8", "topk", "sign")
+NOT_SWITCHED = {
+    "bf16": "the same bytes as fp16 on the link",
+    "powersgd": "its warm-started factors and error memory belong to a run that starts with it",
+}
+"""Gradient-compression methods ``auto`` leaves out of its options, and why."""
+AUTO_OPTIONS = ("none", *(m for m in registry.choices("gradient-compression", "method") if m not in NOT_SWITCHED))
+"""What ``auto`` switches between: no compression and the registry's gradient-compression methods (less
+:data:`NOT_SWITCHED`)."""
+LINK = "data-parallel link"
 
 
 @dataclass
@@ -169,6 +178,10 @@ class Telemetry:
         if self.probe_comm.get(method):
             self.link_ratio = self._ewma(self.link_ratio, comm_s / self.probe_comm[method])
 
+    def rates(self) -> Rates:
+        """The link's bandwidth and latency and the step's compute time, as the Controller's telemetry."""
+        return Rates(links_Bps={LINK: self.bandwidth_Bps}, latency_s={LINK: self.alpha_s}, compute_s=self.compute_s)
+
     def predict(self, method: str, numels: list[int]) -> float:
         """Compute + codec + the option's probed transfer time, scaled to the link as now observed."""
         assert self.compute_s is not None
@@ -280,6 +293,7 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
                     "reason": d.reason,
                     "predicted_s": d.predicted_s,
                     "model_s": {m: tele.model(m, buckets) for m in run.options},
+                    "rates": tele.rates().to_json(),
                 }
             dist.broadcast(choice, 0)
             state.set_method(run.options[int(choice[0])])

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from aitrinity.control import Controller
+from aitrinity.control import Controller, Rates
 from aitrinity.cost.dnn import LayerTable
 from aitrinity.cost.edge import MESSAGE_FIXED_BYTES, Choices, Processor, SplitOption, Uplink, split_options
 from aitrinity.systems.split import codecs, protocol
@@ -251,6 +251,10 @@ class AdaptiveSplit:
             return
         sample = nbytes / max(upload_s - self.base_rtt_s, 1e-6)
         self.bandwidth_Bps = self.alpha * sample + (1 - self.alpha) * self.bandwidth_Bps
+
+    def rates(self) -> Rates:
+        """The uplink as now estimated (bandwidth, one-way latency), as the Controller's telemetry."""
+        return Rates(links_Bps={"uplink": self.bandwidth_Bps}, latency_s={"uplink": self.base_rtt_s / 2})
 
     def observe_base_rtt(self, rtt_s: float) -> None:
         self.base_rtt_s = min(self.base_rtt_s, rtt_s) if self.base_rtt_s else rtt_s

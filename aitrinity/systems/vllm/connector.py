@@ -347,6 +347,7 @@ class WorkerSide:
         self.paged = PagedKV(kv_caches, self.num_blocks)
         self.extra = {"model": self.ident, "layout": self.paged.layout}
         self.store = self.cfg.open(Keyer.of(self.cfg.salt, self.block, **self.extra))
+        self.rates.block_bytes = self.paged.row_bytes
         for t in self.store.tiers:
             probe(t.tier, self.paged.row_bytes, self.rates)
         self.server = LookupServer(self.path, self.handle)
@@ -375,6 +376,7 @@ class WorkerSide:
                 "failed_blocks": self.failed_blocks,
                 "used_bytes": self.store.used_bytes(),
                 **self.rates.to_json(),
+                "rates": self.rates.rates().to_json(),
             }
         return answer(self.store, self.rates, self.paged.row_bytes, msg)
 

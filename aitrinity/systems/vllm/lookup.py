@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aitrinity.control import telemetry
 from aitrinity.systems.kvcache import frame
 from aitrinity.systems.kvcache.keys import BlockKeys
 from aitrinity.systems.kvcache.store import KVStore
@@ -47,6 +48,13 @@ class Rates:
     alpha: float = 0.3
     s_per_block: dict[str, float] = field(default_factory=dict)
     flops_per_s: float | None = None
+    block_bytes: int | None = None
+    """Bytes of one block as stored (set once the KV layout is known): turns read times into bandwidths."""
+
+    def rates(self) -> telemetry.Rates:
+        """Each tier's read bandwidth and the engine's prefill FLOP/s, as the Controller's telemetry."""
+        links = {t: self.block_bytes / s for t, s in self.s_per_block.items() if self.block_bytes and s > 0}
+        return telemetry.Rates(links_Bps=links, flops_per_s=self.flops_per_s)
 
     def _ewma(self, old: float | None, new: float) -> float:
         return new if old is None else (1 - self.alpha) * old + self.alpha * new

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aitrinity.control.telemetry import Rates
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.cost.params import count
 from aitrinity.spec.hardware import DeviceSpec
@@ -125,8 +126,15 @@ class Verdict:
     expected: Expected | None
     relieve: list[str] = field(default_factory=list)
 
+    def rates(self) -> Rates:
+        """What the server achieved in the period, as the Controller's telemetry: the cost model's FLOPs and bytes
+        for the period's tokens over its length (nothing without a model and a device)."""
+        if self.expected is None:
+            return Rates()
+        return Rates(flops_per_s=self.expected.flops / self.period_s, memory_Bps=self.expected.bytes / self.period_s)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "rates": self.rates().to_json()}
 
 
 def expected_busy(m: ModelSpec, dev: DeviceSpec, prompt: float, generated: float, running: float) -> Expected:

@@ -130,4 +130,6 @@ def test_adaptive_split_follows_the_link(trained, server):
     assert sum(r.uplink_bytes < 1000 for r in early) >= 15  # slow link: (nearly) local
     assert sum(r.split == 0 for r in late) >= 15  # fast link again: ship the frame
     assert any("->" in d for d in res.decisions)
+    up = policy.rates()  # its telemetry: the uplink it predicts with
+    assert up.links_Bps["uplink"] == policy.bandwidth_Bps and up.latency_s["uplink"] == policy.base_rtt_s / 2
     dev.sock.close()
