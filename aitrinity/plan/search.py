@@ -152,7 +152,7 @@ class SearchResult(Result):
 def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
     n, kv = system.num_devices, m.kv_heads
     out = []
-    for tp in range(1, m.num_attention_heads + 1):
+    for tp in range(1, min(m.num_attention_heads, system.devices_per_node) + 1):  # TP inside one node / domain
         if m.num_attention_heads % tp or (kv % tp and tp % kv) or n % tp:
             continue
         for pp in range(1, m.num_layers + 1):

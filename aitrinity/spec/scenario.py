@@ -316,6 +316,7 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
         raise SpecError("plan.tp", plan.tp, f"a divisor of num_attention_heads ({heads}) of {model.name}")
     if kv % plan.tp and plan.tp % kv:
         raise SpecError("plan.tp", plan.tp, f"a divisor or multiple of num_kv_heads ({kv}) of {model.name}")
+    _check_tp_domain("plan.tp", plan.tp, system)
     if plan.pp > model.num_layers:
         raise SpecError("plan.pp", plan.pp, f"at most num_layers ({model.num_layers})")
     if model.num_layers < plan.pp * plan.virtual_stages:
@@ -345,6 +346,18 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     return dp
 
 
+def _check_tp_domain(field: str, tp: int, system: System) -> None:
+    """A TP group all-reduces in every layer: it is placed inside one node's (one NVLink domain's) devices, as the
+    planner places it; a layout whose TP group would overflow it is refused."""
+    if tp > system.devices_per_node:
+        raise SpecError(
+            field,
+            tp,
+            f"at most the {system.devices_per_node} devices of one node / NVLink domain (system.devices_per_node): "
+            "a TP group all-reduces every layer and stays inside it",
+        )
+
+
 def _check_disaggregation(plan: Plan, model: ModelSpec, system: System, training: bool) -> int:
     """Validate ``plan.disaggregation``; return the prefill pool's device count."""
     d = plan.disaggregation
@@ -356,6 +369,7 @@ def _check_disaggregation(plan: Plan, model: ModelSpec, system: System, training
         raise SpecError(f"{field}.prefill_devices", d.prefill_devices, f"fewer than num_devices ({system.num_devices})")
     if d.kv_link == "inter_node" and system.inter_node_link is None:
         raise SpecError(f"{field}.kv_link", d.kv_link, "intra_node (the system has no inter_node_link)")
+    _check_tp_domain(f"{field}.prefill_tp", d.prefill_tp, system)
     if d.prefill_devices % d.prefill_tp:
         raise SpecError(f"{field}.prefill_tp", d.prefill_tp, f"a divisor of prefill_devices ({d.prefill_devices})")
     if model.num_attention_heads % d.prefill_tp:

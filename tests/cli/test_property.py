@@ -41,7 +41,7 @@ def valid_scenarios(draw: Any) -> dict[str, Any]:
     system = {
         "device": draw(st.sampled_from(DEVICES)),
         "num_devices": tp * pp * dp,
-        "devices_per_node": draw(st.sampled_from([1, 2, 4, 8])),
+        "devices_per_node": draw(st.sampled_from([d for d in (1, 2, 4, 8, 16) if d >= tp])),  # TP inside a node
         "overlap": draw(st.sampled_from(["max", "sum", "partial"])),
         "host_memory": "host-dram",
     }

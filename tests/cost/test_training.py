@@ -50,9 +50,11 @@ def test_tensor_parallel_all_reduces_per_layer():
     assert full.bytes_per_device == pytest.approx(1.5 * t.bytes_per_device)  # 6 instead of 4 per layer
 
 
-def test_tensor_parallel_across_nodes_uses_the_inter_node_link():
-    led = _ledger(Plan(tp=8), n=16, per_node=4)
-    assert _traffic(led, "TP activations").channel == "inter_node"
+def test_tensor_parallel_larger_than_a_node_is_refused():
+    """A TP group stays inside one node / NVLink domain (issue 19): one line naming the field."""
+    with pytest.raises(SpecError, match=r"plan\.tp.*devices_per_node"):
+        _ledger(Plan(tp=8), n=16, per_node=4)
+    assert _traffic(_ledger(Plan(tp=4), n=16, per_node=4), "TP activations").channel == "intra_node"
 
 
 def test_pipeline_point_to_point_and_bubble():

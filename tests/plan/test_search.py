@@ -177,3 +177,19 @@ def test_search_is_deterministic():
     a = search_training(m, job, Plan(), system, space=SMALL)
     b = search_training(m, job, Plan(), system, space=SMALL)
     assert a == b  # results carry no wall-clock fields: the same search gives the same data
+
+
+def test_tensor_parallel_stays_inside_a_node():
+    """The planner places TP inside one node / NVLink domain, as `diagnose` requires (issue 19): on 4 nodes of 4
+    devices, 70B's heads would allow TP 8 to 64, none is tried, and every layout it returns prices."""
+    from aitrinity.plan.search import layouts
+
+    m = catalog.model("llama-3.1-70b")
+    system = make_system(n=16, per_node=4)
+    found = layouts(m, system, 1)
+    assert {tp for tp, _ in found} == {1, 2, 4}
+    job = TrainingJob(seq_len=2048, global_batch=64)
+    res = search_training(m, job, Plan(), system, top=3, pareto=False)
+    assert res.best is not None and res.best.tp <= 4
+    with pytest.raises(SpecError, match="devices_per_node"):
+        training_ledger("s", m, job, Plan(tp=8), system)
