@@ -18,7 +18,8 @@ What is measured, and in what order:
    between vLLM's processes) at 1 and at ``max(c)`` sequences -- a fixed part and a part per sequence --
    and the time per request before its first step (HTTP, tokenization). These replace the host-time
    constants of the GPU-fitted ``vllm`` engine profile; its scheduling weights (``prefill_interference``,
-   ``prefill_steps``, ``batch_wait``) are kept.
+   ``prefill_steps``, ``batch_wait``, fitted on GPU runs whose clients drift apart) give way to lock-step waves
+   (``EngineProfile.lockstep``): equal lengths on an engine without jitter keep the clients together.
 3. **The grid** on the predicted model (``--layers`` x ``--hidden``, random bf16 weights), every
    ``c`` x ``isl`` x ``osl``.
 
@@ -150,12 +151,17 @@ def host_line(h: HostTimes) -> str:
 
 
 def engine_profile(host: HostTimes) -> EngineProfile:
-    """vLLM's GPU-fitted scheduling weights with the host times measured here."""
+    """vLLM with the host times measured here, in lock-step waves: the protocol's requests have exactly equal
+    lengths (``ignore_eos``) and the CPU engine adds no jitter of its own, so the clients that start together
+    stay together -- what the simulator does with no output spread (``cost.concurrency``'s module doc; the
+    GPU-fitted scheduling weights describe clients that drift apart and are not read)."""
     return dataclasses.replace(
         profile("vllm"),
         step_overhead_s=host.step_s,
         sequence_overhead_s=host.per_sequence_s,
         request_overhead_s=host.request_s,
+        lockstep=True,
+        token_budget=float(TOKEN_BUDGET),
     )
 
 

@@ -26,6 +26,18 @@ share of requests that wait so (about 1/rounds when only the first round does). 
 term dominates, so the weights are an :class:`EngineProfile`. (A wait of one inter-completion time
 ``T/c`` for admission was tried too and fitted to zero on every engine.)
 
+Lock-step waves (``EngineProfile.lockstep``): when every request has exactly the same lengths and the engine
+adds no timing jitter of its own, clients that start together finish together and send their next
+prompts together, round after round (the simulator does the same with no output spread). Each round's
+``c`` prompts are then one wave that the engine prefills in ``n = ceil(c·isl / B)`` steps of its token
+budget ``B``, ``c/n`` prompts a step, the decodes of the prompts already done riding along (``c(n-1)/2n``
+on average). A request's first token comes with its own step, after half of the others on average, and its
+decodes carry the wave steps after it:
+
+    TTFT = t_request + (n + 1)/2 · t_wave        TPOT = t_step(decode c) + (n - 1)/2 · t_wave / (osl - 1)
+
+with nothing fitted; ``benchmarks/bench_vllm.py`` prices vLLM's CPU engine this way.
+
 The profile's constants cannot come from kernel tables (they are scheduling behaviour), so they are
 **fitted** on the development runs only (``benchmarks/bench_silicon.py --fit``) and named in
 :data:`ENGINE_PROFILES`; docs/silicon.md gives the values and the held-out check.
@@ -62,6 +74,11 @@ class EngineProfile:
     """Host time per sequence in a step (sampling, input preparation that grows with the batch); 0 for the
     GPU-fitted profiles, whose ``step_overhead_s`` absorbs it. ``benchmarks/bench_vllm.py`` measures it for
     vLLM's CPU engine."""
+    lockstep: bool = False
+    """Clients stay in lock-step waves (module doc): TTFT and TPOT from the waves, not from the fitted
+    ``prefill_interference`` / ``prefill_steps`` / ``batch_wait``, which describe clients that drift apart."""
+    token_budget: float = 8192.0
+    """Tokens the engine processes per step (``--max-num-batched-tokens``); read by the lock-step waves."""
 
 
 ENGINE_PROFILES: dict[str, EngineProfile] = {
@@ -98,6 +115,17 @@ class SteadyState:
     drafts over the tokens it yields, per output token)."""
     mixed_step: StepTimes
     """A step of ``c - 1`` decodes and one prompt's prefill, by operator class."""
+
+
+def _lockstep(
+    m: ModelSpec, k: Kernels, lay: Layout, prof: EngineProfile, c: Array, s_in: Array, s_new: Array, cached: Array
+) -> tuple[Array, Array]:
+    """Lock-step waves (module doc): a request's own wave step, and its mean wait for the others, ``(n-1)/2`` wave
+    steps -- which its decodes also carry."""
+    n = np.ceil(c * s_new / prof.token_budget)
+    shape = StepShape(c * (n - 1.0) / (2.0 * n), s_in, c / n, s_new, cached)
+    wave = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s).total
+    return wave, (n - 1.0) / 2.0 * wave
 
 
 def profile(engine: str) -> EngineProfile:
@@ -145,9 +173,13 @@ def steady_state(
     extra = np.maximum(mix.total - dec.total, 0.0)
     if speculation is not None:  # a verification step and its drafts, per output token
         dec = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
-    tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
-    steps = prof.prefill_steps * mix.total
-    wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
+    if prof.lockstep:
+        steps, wave = _lockstep(m, k, lay, prof, c, s_in, s_new, cached)
+        tpot = dec.total + wave / np.maximum(s_out - 1.0, 1.0)
+    else:
+        tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
+        steps = prof.prefill_steps * mix.total
+        wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave
     latency = ttft + (s_out - 1.0) * tpot
     rps = c / latency

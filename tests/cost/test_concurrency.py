@@ -64,3 +64,22 @@ def test_host_time_per_sequence_grows_with_the_batch(setup):
     b = steady_state(m, k, lay, np.array([1.0, 16.0]), 512, 64, per)
     assert b.decode_step.engine - a.decode_step.engine == pytest.approx([2e-4, 16 * 2e-4])
     assert b.mixed_step.engine - a.mixed_step.engine == pytest.approx([2e-4, 16 * 2e-4])  # c - 1 decodes + 1 prompt
+
+
+def test_lockstep_waves_wait_for_their_steps(setup):
+    """Lock-step clients: a wave that fits one step's budget is one step everyone waits for, and no prompt shares
+    a decode step; a wave of two steps waits 1.5 steps on average, and its decodes carry half a wave step."""
+    from aitrinity.cost.operators import StepShape, step_times
+
+    m, k, lay = setup
+    prof = EngineProfile(1e-3, 0.9, 3.0, 0.5, request_overhead_s=0.01, lockstep=True, token_budget=2048.0)
+    one = steady_state(m, k, lay, 4, 512, 64, prof)  # 4 x 512 = one step of 2,048 tokens
+    step = step_times(m, k, lay, StepShape(0.0, 512.0, 4.0, 512.0), 1e-3).total
+    assert float(one.ttft_s) == pytest.approx(0.01 + float(step))
+    assert float(one.tpot_s) == pytest.approx(float(one.decode_step.total))
+    two = steady_state(m, k, lay, 8, 512, 64, prof)  # two steps of 4 prompts, 2 decodes riding along on average
+    wave = step_times(m, k, lay, StepShape(2.0, 512.0, 4.0, 512.0), 1e-3).total
+    assert float(two.ttft_s) == pytest.approx(0.01 + 1.5 * float(wave))
+    assert float(two.tpot_s) == pytest.approx(float(two.decode_step.total) + 0.5 * float(wave) / 63)
+    drift = steady_state(m, k, lay, 8, 512, 64, EngineProfile(1e-3, 0.9, 3.0, 0.5, request_overhead_s=0.01))
+    assert float(drift.ttft_s) != pytest.approx(float(two.ttft_s))  # the fitted weights are not read
