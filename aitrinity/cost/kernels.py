@@ -416,29 +416,29 @@ class TableKernels:
         return per_value(kv_heads, time)
 
     def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
-        size = _as(payload_bytes)
-
-        def time(n: int) -> Array:
-            if n <= 1:
-                return np.zeros(size.shape)
-            grid = self.all_reduce_grids.get(n)
-            if grid is None:
-                self.fallbacks.add(f"all-reduce over {n} GPUs")
-                return self.fallback.all_reduce(size, n)
-            return grid(size)
-
-        return per_value(gpus, time)
+        return self._collective(_as(payload_bytes), gpus, self.all_reduce_grids, "all-reduce", self.fallback.all_reduce)
 
     def all_to_all(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
-        size = _as(payload_bytes)
+        return self._collective(_as(payload_bytes), gpus, self.all_to_all_grids, "all-to-all", self.fallback.all_to_all)
+
+    def _collective(
+        self,
+        size: Array,
+        gpus: ArrayLike,
+        grids: dict[int, Grid],
+        what: str,
+        fallback: Callable[[ArrayLike, ArrayLike], Array],
+    ) -> Array:
+        """A collective over ``gpus`` from its measured table per GPU count (0 for one GPU; the roofline, noted,
+        for a count no table has)."""
 
         def time(n: int) -> Array:
             if n <= 1:
                 return np.zeros(size.shape)
-            grid = self.all_to_all_grids.get(n)
+            grid = grids.get(n)
             if grid is None:
-                self.fallbacks.add(f"all-to-all over {n} GPUs")
-                return self.fallback.all_to_all(size, n)
+                self.fallbacks.add(f"{what} over {n} GPUs")
+                return fallback(size, n)
             return grid(size)
 
         return per_value(gpus, time)
