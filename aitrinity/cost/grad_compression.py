@@ -17,9 +17,10 @@ powersgd    per parameter viewed as n x m: r(n + m)·g when          all-reduce 
             r(n + m)·2 < n·m, else n·m·g (PyTorch's rule)          Vogels et al. 2019, Alg. 1)
 ==========  =====================================================  ==============================
 
-Bytes one rank sends (``cost.collectives``): an all-reduce of ``S`` bytes sends
-``2(n-1)/n·S``; the int8 pair sends ``(n-1)/n·S`` twice, the same; an all-gather
-of an ``m``-byte message sends ``(n-1)·m``.
+Bytes one rank sends and latency steps are the ledger's (``cost.collectives.bytes_sent`` and ``steps``, what
+``trinity diagnose`` prices a data-parallel synchronisation with): an all-reduce of ``S`` bytes sends
+``2(n-1)/n·S`` in ``2(n-1)`` steps; the int8 pair sends ``(n-1)/n·S`` twice, the same; an all-gather of an
+``m``-byte message from each rank (``n·m`` gathered) sends ``(n-1)·m`` in ``n-1`` steps.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Literal
+
+from aitrinity.cost.collectives import bytes_sent, steps
 
 Method = Literal["none", "fp16", "bf16", "int8", "topk", "sign"]
 METHODS: tuple[Method, ...] = ("none", "fp16", "bf16", "int8", "topk", "sign")
@@ -42,12 +45,14 @@ class BucketMessage:
     collective: Literal["all-reduce", "all-gather"]
 
     def sent_bytes(self, world: int) -> float:
-        """Bytes this rank sends over the links for the bucket."""
-        if world <= 1:
-            return 0.0
+        """Bytes this rank sends over the links for the bucket (``cost.collectives.bytes_sent``)."""
         if self.collective == "all-reduce":
-            return 2.0 * (world - 1) / world * self.payload_bytes
-        return float((world - 1) * self.payload_bytes)
+            return bytes_sent("all-reduce", self.payload_bytes, world)
+        return float((world - 1) * self.payload_bytes)  # bytes_sent of the n·m gathered, without its rounding
+
+    def steps(self, world: int) -> int:
+        """Latency terms of the bucket's collective (``cost.collectives.steps``)."""
+        return steps(self.collective, world)
 
 
 def int8_padded(numel: int, world: int) -> int:
@@ -112,6 +117,5 @@ def step_time(
     total = compute_s
     for numel in bucket_numels:
         msg = message(method, numel, world, grad_bytes=grad_bytes, density=density)
-        steps = 2 * (world - 1) if msg.collective == "all-reduce" else world - 1
-        total += steps * latency_s + msg.sent_bytes(world) / bandwidth_Bps + codec_s_per_element * numel
+        total += msg.steps(world) * latency_s + msg.sent_bytes(world) / bandwidth_Bps + codec_s_per_element * numel
     return total

@@ -100,7 +100,7 @@ def _load(path: Path, model: nn.Module, opt: torch.optim.Optimizer, state: hooks
 
 def _steps(method: str, world: int) -> int:
     """Latency terms of one bucket's collectives (``cost.grad_compression.step_time``)."""
-    return 2 * (world - 1) if message(method, 1, world).collective == "all-reduce" else world - 1
+    return message(method, 1, world).steps(world)
 
 
 class Telemetry:
