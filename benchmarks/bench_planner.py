@@ -13,6 +13,10 @@ configurations per second; the ratio is printed. Then the memory and latency
 figures of both tools for shared cases are printed side by side
 (benchmarks/compare_llm_analysis.py). Goal (issue 3): >= 1,000,000 per second.
 
+Then the cost of one layout's candidates by pipeline depth (GPT-3 175B on 1,280 GPUs, the training grid of
+6,480 rows per layout, best of 7): a deep pipeline (tp 2 x pp 80) against typical ones. Goal (issue 20):
+within 2x.
+
     python -m venv /tmp/la && /tmp/la/bin/pip install llm-analysis
     python benchmarks/bench_planner.py --llm-analysis-python /tmp/la/bin/python [--json]
 """
@@ -133,6 +137,42 @@ def ours(repeats: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def by_depth(repeats: int = 7) -> dict[str, float]:
+    """Seconds to price one layout's candidates (every row of the training grid) at several pipeline depths."""
+    from aitrinity import catalog
+    from aitrinity.plan.search import DEFAULT_SPACE, _rows
+    from aitrinity.plan.vector_training import price_rows
+    from aitrinity.spec.scenario import Plan, TrainingJob
+
+    r = api.resolve(
+        validate(
+            Scenario,
+            {
+                "name": "bench-depth",
+                "system": {"device": "a100-80gb-sxm", "num_devices": 1280, "host_memory": "host-dram"},
+                "workload": {"model": "gpt-3-175b", "training": {"seq_len": 2048, "global_batch": 1536}},
+            },
+        )
+    )
+    m, job = catalog.model("gpt-3-175b"), TrainingJob(seq_len=2048, global_batch=1536)
+    rows = _rows(True, DEFAULT_SPACE)
+    out = {}
+    for tp, pp in ((8, 8), (8, 16), (4, 32), (2, 80)):
+
+        def run(tp: int = tp, pp: int = pp) -> None:
+            price_rows(m, job, Plan(), r.system, tp, pp, rows)
+
+        run()
+        out[f"tp {tp} x pp {pp}"] = min(_once(run) for _ in range(repeats))
+    return out
+
+
+def _once(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def theirs(python: str, kind: str, limit: int) -> dict[str, float]:
     done = subprocess.run([python, "-c", LA_CHILD, kind, str(limit)], capture_output=True, text=True, check=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -146,7 +186,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    report: dict[str, object] = {"aitrinity": ours(args.repeats)}
+    report: dict[str, object] = {"aitrinity": ours(args.repeats), "by_depth_s": by_depth()}
     if args.llm_analysis_python:
         report["llm-analysis"] = {
             "training": theirs(args.llm_analysis_python, "train", 768),
@@ -173,6 +213,13 @@ def main() -> int:
             f"training {ours_t / la['training']['configs_per_s']:,.0f}x, "
             f"serving {ours_s / la['serving']['configs_per_s']:,.0f}x"
         )
+    depth: dict[str, float] = report["by_depth_s"]  # type: ignore[assignment]
+    typical = max(v for k, v in depth.items() if not k.endswith("pp 80"))
+    print("\none layout's 6,480 training candidates, by pipeline depth (gpt-3-175b, 1,280 GPUs):")
+    for name, sec in depth.items():
+        print(f"  {name:16s} {sec * 1e3:7.1f} ms")
+    ratio = depth["tp 2 x pp 80"] / typical
+    print(f"goal: deep pipeline within 2x of the typical layouts -> {'met' if ratio <= 2 else 'MISSED'} ({ratio:.2f}x)")
     for kind in ("training", "serving"):
         rates = [r["configs_per_s"] for k, r in report["aitrinity"].items() if k.startswith(kind) and "frontier" in k]  # type: ignore[union-attr]
         worst = min(rates)

@@ -24,6 +24,7 @@ Communication per step, per device (payload ``A = b·s·h`` activation bytes):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,10 +87,20 @@ def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
     """Layers ``[lo, hi)`` of pipeline stage ``stage``. An even split when ``pp`` divides the layers;
     otherwise the extra layers go to the middle stages first, so the first stage (embedding) and the last
     (LM head, loss) hold fewer: Llama 3's balance (Dubey et al. 2024, §3.3.2: 126 layers on 16 stages)."""
+    return _stage_bounds(num_layers, pp)[stage]
+
+
+@functools.cache
+def _stage_bounds(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """Every stage's ``[lo, hi)`` at once (:func:`stage_bounds`)."""
     per, extra = divmod(num_layers, pp)
-    order = [*range(1, pp - 1), pp - 1, 0][:extra]  # which stages get one more layer
-    lo = sum(per + (s in order) for s in range(stage))
-    return lo, lo + per + (stage in order)
+    more = set([*range(1, pp - 1), pp - 1, 0][:extra])  # which stages get one more layer
+    out, lo = [], 0
+    for s in range(pp):
+        hi = lo + per + (s in more)
+        out.append((lo, hi))
+        lo = hi
+    return tuple(out)
 
 
 def stage_layers(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
@@ -240,6 +251,25 @@ class Columns:
     """A compressor with error feedback (needs ZeRO <= 1)."""
 
 
+def _peak_candidates(L: LayoutConstants) -> NDArray[np.int64]:
+    """The pipeline stages that can hold the peak footprint, in order: the first, the last, and the first stage of
+    every run of stages with the same layers and parameters. A later stage of such a run holds the same weights,
+    gradients and optimizer states and no more micro-batches in flight (1F1B: ``p - k``), so it never exceeds the
+    run's first, and the first of equals is the one reported: the peak is the same as over every stage (the
+    middle stages of a deep pipeline are alike, so a pp-80 layout prices a handful of stages, not 80)."""
+    p = L.pp
+    seen: set[tuple[int, int, float, float]] = set()
+    out = [0]
+    for k in range(1, p - 1):
+        sig = (L.layers[k][0], L.layers[k][1], L.rep[k], L.expert[k])
+        if sig not in seen:
+            seen.add(sig)
+            out.append(k)
+    if p > 1:
+        out.append(p - 1)
+    return np.array(out, dtype=np.int64)
+
+
 def columns(
     m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync]
 ) -> Columns:
@@ -276,10 +306,11 @@ def columns(
     pl_dense, pl_moe = per_layer(L.act_dense) * b, per_layer(L.act_moe) * b
     sp_div = np.where(sp, float(t), 1.0)
     exp_shard = max(d // e, 1)
-    st = np.arange(p)[:, None]
-    dl = np.array([x for x, _ in L.layers], dtype=np.float64)[:, None]
-    ml = np.array([y for _, y in L.layers], dtype=np.float64)[:, None]
-    rep_s, ex_s = np.array(L.rep)[:, None], np.array(L.expert)[:, None]
+    cand = _peak_candidates(L)
+    st = cand[:, None]
+    dl = np.array([x for x, _ in L.layers], dtype=np.float64)[cand][:, None]
+    ml = np.array([y for _, y in L.layers], dtype=np.float64)[cand][:, None]
+    rep_s, ex_s = np.array(L.rep)[cand][:, None], np.array(L.expert)[cand][:, None]
     # ZeRO stage k shards the optimizer (k >= 1), gradients (k >= 2) and weights (k >= 3) over the DP group
     stage_w = rep_s * wb / np.where(zero >= 3, d, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
     stage_g = rep_s * gb / np.where(zero >= 2, d, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
@@ -290,15 +321,16 @@ def columns(
     if m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
         stage_acts[0] = stage_acts[0] + s * b * h * in_flight[0] / sp_div
     # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3)
-    stage_acts[p - 1] = stage_acts[p - 1] + 4.0 * s * b * (h + m.vocab_size) / t
+    stage_acts[-1] = stage_acts[-1] + 4.0 * s * b * (h + m.vocab_size) / t
     totals = stage_w + stage_g + stage_o + stage_acts
-    peak = np.argmax(totals, axis=0)  # the first stage of the largest footprint
+    at = np.argmax(totals, axis=0)  # the first stage of the largest footprint, among the candidates
+    peak = cand[at]
     pick = np.arange(n)
-    acts_peak, opt_peak = stage_acts[peak, pick], stage_o[peak, pick]
+    acts_peak, opt_peak = stage_acts[at, pick], stage_o[at, pick]
     rep_peak, exp_peak = np.array(L.rep)[peak], np.array(L.expert)[peak]
     params_peak = rep_peak + exp_peak
     buffers = params_peak * by_sync("error_feedback_bytes_per_param")
-    hbm_resident = totals[peak, pick] + buffers - np.where(off, opt_peak, 0.0) - a_off * acts_peak
+    hbm_resident = totals[at, pick] + buffers - np.where(off, opt_peak, 0.0) - a_off * acts_peak
     host_resident = np.where(off, opt_peak, 0.0) + a_off * acts_peak
 
     # --- FLOPs of the busiest stage by FLOPs (the same for every row)
@@ -418,8 +450,8 @@ def columns(
     return Columns(
         mb=mb,
         divisible=divisible,
-        weights=stage_w[peak, pick],
-        gradients=stage_g[peak, pick],
+        weights=stage_w[at, pick],
+        gradients=stage_g[at, pick],
         optimizer=opt_peak,
         activations=acts_peak,
         buffers=buffers,

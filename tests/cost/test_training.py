@@ -1,5 +1,7 @@
 """Exact-state tests of the training ledger: every byte and FLOP traced to its formula."""
 
+import dataclasses
+
 import pytest
 
 from aitrinity import catalog
@@ -136,3 +138,34 @@ def test_uneven_pipeline_split_gives_the_middle_stages_the_extra_layers():
         make_system(n=8192),
     )
     assert led.parallelism.pp == 16
+
+
+@pytest.mark.parametrize(
+    ("model", "pp", "n", "job"),
+    [
+        ("gpt-3-175b", 80, 1280, TrainingJob(seq_len=2048, global_batch=1536)),  # 96 layers over 80 stages: uneven
+        ("deepseek-v3", 16, 256, TrainingJob(seq_len=4096, global_batch=512)),  # dense first layers, then MoE
+        (L8B, 4, 64, TrainingJob(seq_len=4096, global_batch=4)),  # fewer micro-batches than stages
+    ],
+)
+def test_the_peak_stage_is_found_among_the_candidates(monkeypatch, model, pp, n, job):
+    """Pricing only the stages that can hold the peak (first, last, the first of each run of alike stages) gives
+    exactly what pricing every stage gives, for every row of the planner's grid."""
+    import numpy as np
+
+    from aitrinity.cost import training
+    from aitrinity.cost.effects import grad_sync
+    from aitrinity.plan.search import DEFAULT_SPACE, _rows
+
+    m = catalog.model(model)
+    base = Plan(tp=8, pp=pp)
+    rows, syncs = _rows(True, DEFAULT_SPACE), [grad_sync(m, base)]
+    rows = dataclasses.replace(rows, compression=np.zeros(len(rows), dtype=np.int64))
+    L = training.layout_constants(m, job, base, 8, pp, n // (8 * pp))
+    assert len(training._peak_candidates(L)) < pp
+    fast = training.columns(m, job, base, L, rows, syncs)
+    monkeypatch.setattr(training, "_peak_candidates", lambda lc: np.arange(lc.pp))
+    every = training.columns(m, job, base, L, rows, syncs)
+    for f in ("weights", "gradients", "optimizer", "activations", "hbm_resident", "host_resident", "layers_peak"):
+        assert np.array_equal(getattr(fast, f), getattr(every, f)), f
+    assert np.array_equal(fast.hbm_bytes, every.hbm_bytes)
