@@ -252,11 +252,11 @@ class Columns:
 
 
 def _peak_candidates(L: LayoutConstants) -> NDArray[np.int64]:
-    """The pipeline stages that can hold the peak footprint, in order: the first, the last, and the first stage of
-    every run of stages with the same layers and parameters. A later stage of such a run holds the same weights,
-    gradients and optimizer states and no more micro-batches in flight (1F1B: ``p - k``), so it never exceeds the
-    run's first, and the first of equals is the one reported: the peak is the same as over every stage (the
-    middle stages of a deep pipeline are alike, so a pp-80 layout prices a handful of stages, not 80)."""
+    """The pipeline stages that can hold the peak footprint, in order: the first, the last, and among the others
+    the first stage of each distinct (layers, parameters). A later stage like an earlier one holds the same
+    weights, gradients and optimizer states and no more micro-batches in flight (1F1B: ``p - k``), so it never
+    exceeds it, and the first of equals is the one reported: the peak is the same as over every stage (the middle
+    stages of a deep pipeline are alike, so a pp-80 layout prices a handful of stages, not 80)."""
     p = L.pp
     seen: set[tuple[int, int, float, float]] = set()
     out = [0]
