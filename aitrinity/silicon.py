@@ -69,11 +69,16 @@ def _grids(
     from aitrinity.catalog import kernel_tables as kt
 
     t = kt.read(device, engine, version)
+    # beyond a table's largest shape the work grows at the edge's rate: linear in a GEMM's m, n, k, in batch, heads
+    # and decode context; quadratic in a causal prefill's length (Grid)
     attention = {
-        key: AttentionTables({h: Grid(*g) for h, g in a.prefill.items()}, {h: Grid(*g) for h, g in a.decode.items()})
+        key: AttentionTables(
+            {h: Grid(*g, growth=(1.0, 2.0, 1.0)) for h, g in a.prefill.items()},
+            {h: Grid(*g, growth=(1.0, 1.0, 1.0)) for h, g in a.decode.items()},
+        )
         for key, a in t.attention.items()
     }
-    gemm = {d: Grid(*g) for d, g in t.gemm.items()}
+    gemm = {d: Grid(*g, growth=(1.0, 1.0, 1.0)) for d, g in t.gemm.items()}
     all_reduce = {n: Grid(*g) for n, g in t.all_reduce.items()}
     all_to_all = {n: Grid(*g) for n, g in t.all_to_all.items()}
     return gemm, attention, all_reduce, all_to_all, {key: Grid(*g) for key, g in t.moe.items()}

@@ -72,22 +72,35 @@ class Grid:
 
     Axes are strictly increasing and positive; values are finite and positive (missing cells are filled
     by the reader before a Grid is built).
+
+    Below an axis's smallest point the value is the edge's (a latency floor). Beyond its largest, the edge's
+    value grows as ``(x / largest) ** growth`` of that axis: the work grows with the shape while the rate stays
+    the largest measured one (a GEMM's m, n and k: 1 each; causal attention's sequence length: 2). ``growth``
+    defaults to 1 for the first axis and 0 (the edge value) for the others.
     """
 
     axes: tuple[Array, ...]
     values: Array
+    growth: tuple[float, ...] = ()
     _logs: tuple[Array, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.values.shape != tuple(len(a) for a in self.axes):
             raise ValueError(f"grid shape {self.values.shape} does not match its axes")
+        if self.growth and len(self.growth) != len(self.axes):
+            raise ValueError(f"{len(self.growth)} growth exponents for {len(self.axes)} axes")
+        if not self.growth:
+            object.__setattr__(self, "growth", (1.0,) + (0.0,) * (len(self.axes) - 1))
         object.__setattr__(self, "_logs", tuple(np.log2(a) for a in self.axes))
 
     def __call__(self, *coords: ArrayLike) -> Array:
         """Latency at ``coords`` (broadcast against each other), seconds."""
         pts = np.broadcast_arrays(*(_as(c) for c in coords))
         first = pts[0]
-        scale = np.maximum(first / self.axes[0][-1], 1.0)  # beyond the largest first-axis point: proportional
+        scale = np.ones(first.shape)
+        for ax, p, g in zip(self.axes, pts, self.growth, strict=True):
+            if g:  # beyond the largest point: the edge's rate over the larger work
+                scale = scale * np.maximum(p / ax[-1], 1.0) ** g
         idx, wts = [], []
         for ax, lg, p in zip(self.axes, self._logs, pts, strict=True):
             x = np.log2(np.clip(p, ax[0], ax[-1]))

@@ -36,6 +36,28 @@ def test_grid_scales_past_its_first_axis_and_clamps_the_others():
     assert g(16.0, 1.0) == pytest.approx(g.values[2, 0])
 
 
+def test_grid_grows_past_each_axis_by_its_exponent():
+    """Beyond the largest point the edge's rate holds over the larger work: a causal attention's time grows with
+    the square of its length, a GEMM's linearly in each dimension."""
+    m, n = np.array([1.0, 4.0, 16.0]), np.array([8.0, 32.0])
+    g = Grid((m, n), np.outer(m, n) * 1e-6 + 1e-6, growth=(1.0, 2.0))
+    assert g(16.0, 128.0) == pytest.approx(16 * g.values[2, 1])  # 4x the largest n, squared
+    assert g(32.0, 64.0) == pytest.approx(2 * 4 * g.values[2, 1])
+    assert g(16.0, 1.0) == pytest.approx(g.values[2, 0])  # below the smallest: the edge (a latency floor)
+    with pytest.raises(ValueError, match="growth"):
+        Grid((m, n), np.ones((3, 2)), growth=(1.0,))
+
+
+def test_measured_attention_past_the_tables_longest_prompt_keeps_growing():
+    """The tables stop at 16k-token prompts; a 128k one is 64x the 16k one's time at its rate, not the same time
+    (before, every longer prompt cost what 16k did: a 131k-token training row came out at 76% MFU)."""
+    k = silicon.kernels(catalog.device("h100-sxm"), "vllm", None).kernels
+    t16, t32, t128 = (float(k.prefill_attention(1, s, 16, 1, 128, "bf16")) for s in (16384, 32768, 131072))
+    assert t32 == pytest.approx(4 * t16) and t128 == pytest.approx(64 * t16)
+    gemm = [float(k.gemm(4096, n, 16384, "bf16")) for n in (65536, 131072)]  # an LM head wider than the table
+    assert gemm[1] == pytest.approx(2 * gemm[0])
+
+
 def test_grid_broadcasts_one_call_for_many_points():
     g = _grid()
     ms = np.array([1.0, 2.0, 5.0, 16.0, 40.0])
