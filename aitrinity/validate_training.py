@@ -94,6 +94,19 @@ RUNS: tuple[PublishedRun, ...] = (
         published=0.41,
         **_LLAMA3,
     ),
+    PublishedRun(
+        "llama 3 405b, 16,384 H100, 131k context",
+        "Dubey et al. 2024, Table 4, third row (38% BF16 MFU; tp 8, cp 16, pp 16, dp 8, 131,072-token sequences)",
+        gpus=16384,
+        published=0.38,
+        **{
+            **_LLAMA3,
+            "seq_len": 131072,
+            "global_batch": 128,  # 16M tokens: dp 8 x 16 sequences
+            "plan": {**_LLAMA3["plan"], "cp": 16},
+            "assumed": (*_LLAMA3["assumed"], "context parallelism as ring (all-gather) attention"),
+        },
+    ),
 )
 
 

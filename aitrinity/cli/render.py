@@ -33,7 +33,7 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
 
 def _layout(d: Diagnosis) -> str:
     p = d.estimate.ledger.parallelism
-    parts = [f"tp {p.tp}", f"pp {p.pp}", f"dp {p.dp}"]
+    parts = [f"tp {p.tp}", *([f"cp {p.cp}"] if p.cp > 1 else []), f"pp {p.pp}", f"dp {p.dp}"]
     if p.ep > 1:
         parts.append(f"ep {p.ep}")
     if d.kind == "training":

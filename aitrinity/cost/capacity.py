@@ -1,6 +1,6 @@
 """How many devices a workload needs before it fits in device memory.
 
-Training: the plan's tp, pp, ep, ZeRO stage and exchanges are kept and the
+Training: the plan's tp, cp, pp, ep, ZeRO stage and exchanges are kept and the
 data-parallel degree grows (ZeRO shards states over it; fewer micro-batches per
 replica mean fewer in flight). Peak memory never grows with dp, so a doubling
 search followed by bisection finds the smallest dp. The global batch is rounded
@@ -23,7 +23,7 @@ MAX_DP = 1 << 20
 def min_devices_training(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> int | None:
     usable = system.usable_memory_bytes
     step = plan.ep
-    per_replica = plan.tp * plan.pp
+    per_replica = plan.tp * plan.cp * plan.pp
 
     def fits(dp: int) -> bool:
         # the whole ledger (exchanges included), with a global batch rounded to the new dp

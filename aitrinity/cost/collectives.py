@@ -16,7 +16,7 @@ point-to-point      S                     1
 
 Here S is the full (unsharded) payload for all-gather / reduce-scatter and
 the per-rank send buffer for all-to-all. Rank placement follows Megatron-LM's
-default order ``tp-ep-dp-pp`` (TP ranks adjacent, PP outermost): a group of
+default order ``tp-cp-ep-dp-pp`` (TP ranks adjacent, then context-parallel ones, PP outermost): a group of
 ``size`` ranks at ``stride`` stays inside a node of ``devices_per_node``
 devices iff ``stride * size <= devices_per_node``.
 """

@@ -107,6 +107,8 @@ class Parallelism(Result):
     zero: int
     recompute: str
     sequence_parallel: bool
+    cp: int = 1
+    """Context parallelism (training)."""
 
 
 class Ledger(Result):

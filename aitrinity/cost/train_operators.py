@@ -19,6 +19,9 @@ with training's extra work. On one tensor-parallel rank, for ``T = b·s`` tokens
   the backward moves twice the forward's bytes.
 * **recomputation** -- ``full`` repeats each layer's forward before its backward; ``selective`` repeats
   the attention core only (Korthikanti §5).
+* **context parallelism** -- a rank's GEMMs and element-wise kernels run its ``b·s/cp`` tokens, and its
+  attention ``1/cp`` of the sequence's causal attention (load-balanced chunks, :mod:`aitrinity.cost.training`);
+  the K / V exchange is priced on its link there.
 
 The first stage also gathers embeddings, the last runs the LM head and the loss over ``V/tp`` logits in
 fp32. :func:`stage_times` gives one micro-batch on one stage; :mod:`aitrinity.cost.estimate` builds the
@@ -56,11 +59,13 @@ class MicroBatch:
     sequence_parallel: ArrayLike
     flash_attention: bool
     dtype: str
+    context_parallel: int = 1
+    """The CP ranks a sequence is split over."""
 
     @property
     def tokens(self) -> Array:
-        """``micro_batch x seq_len``: the rows of every GEMM."""
-        out: Array = np.asarray(self.micro_batch, dtype=np.float64) * self.seq_len
+        """``micro_batch x seq_len / cp``: the rows of every GEMM on one CP rank."""
+        out: Array = np.asarray(self.micro_batch, dtype=np.float64) * self.seq_len / self.context_parallel
         return out
 
 
@@ -76,6 +81,7 @@ def plan_microbatch(plan: Plan, seq_len: int) -> MicroBatch:
         sequence_parallel=plan.sequence_parallel,
         flash_attention=plan.flash_attention,
         dtype=plan.compute_dtype,
+        context_parallel=plan.cp,
     )
 
 
@@ -103,15 +109,16 @@ class ClassTimes:
 
 
 def _attention_forward(m: ModelSpec, k: Kernels, tp: int, mb: MicroBatch) -> tuple[Array, Array]:
-    """(kernel seconds, memory-bound seconds) of one layer's attention core, forward."""
+    """(kernel seconds, memory-bound seconds) of one layer's attention core, forward; a CP rank's ``1/cp`` share
+    (its queries against the whole sequence's keys: the sequence's kernel time split evenly)."""
     a, g, d = attention_shape(m, tp)
-    b, s = np.asarray(mb.micro_batch, dtype=np.float64), mb.seq_len
+    b, s, cp = np.asarray(mb.micro_batch, dtype=np.float64), mb.seq_len, mb.context_parallel
     if mb.flash_attention:
-        return k.prefill_attention(b, s, a, g, d, "bf16"), np.zeros(np.shape(b))
+        return k.prefill_attention(b, s, a, g, d, "bf16") / cp, np.zeros(np.shape(b))
     heads = b * a  # one (s x d)·(d x s) and one (s x s)·(s x d) product per head
-    products = heads * (k.gemm(s, s, d, mb.dtype) + k.gemm(s, d, s, mb.dtype))
+    products = heads * (k.gemm(s, s, d, mb.dtype) + k.gemm(s, d, s, mb.dtype)) / cp
     passes = 6.0 + (3.5 if m.dropout else 0.0)  # QKᵀ out, softmax in/out, (dropout in/out/mask), AV in
-    return products, k.elementwise(heads * s * s * 2.0 * passes)
+    return products, k.elementwise(heads * s * s * 2.0 * passes / cp)
 
 
 def layer_times(m: ModelSpec, k: Kernels, tp: int, ep: int, mb: MicroBatch, moe_layer: bool) -> ClassTimes:

@@ -1,9 +1,15 @@
 """Ledger of a training step (pure): FLOPs, memory per stage, bytes per link -- for one plan or, on arrays, many.
 
-Parallel layout (Megatron-LM, Narayanan et al. 2021): ``N = tp · pp · dp``
+Parallel layout (Megatron-LM, Narayanan et al. 2021): ``N = tp · cp · pp · dp``
 devices; experts are split over ``ep`` ranks inside the data-parallel group.
 The step runs ``m = global_batch / (dp · micro_batch)`` micro-batches through a
 1F1B pipeline.
+
+Context parallelism (``cp``; Liu et al. 2023, ring attention; Dubey et al. 2024, §3.3.2 for Llama 3's
+long-context training; Megatron-Core's ``context_parallel_size``) splits every sequence over ``cp`` ranks,
+each holding two of ``2·cp`` equal chunks so that each does ``1/cp`` of the causal attention. A rank's
+activations, FLOPs and TP / PP / EP messages are those of ``s/cp`` tokens; its weights are a data-parallel
+replica's, so gradients are reduced (and ZeRO shards) over the ``dp · cp`` ranks.
 
 Communication per step, per device (payload ``A = b·s·h`` activation bytes):
 
@@ -20,6 +26,12 @@ Communication per step, per device (payload ``A = b·s·h`` activation bytes):
   not kept between micro-batches).
 * EP: 2 all-to-alls forward (dispatch, combine) + 2 backward per MoE layer per
   micro-batch (Lepikhin et al. 2020, GShard §2.2), of ``b·s·k·h`` bytes.
+* CP, ``ring``: every rank needs every earlier chunk's K and V: per layer per micro-batch an all-gather
+  of the sequence's K and V forward, and backward another and a reduce-scatter of their gradients (ring
+  attention passes the same bytes in ``cp - 1`` steps, overlapped with the attention kernels; Llama 3
+  all-gathers them); full recomputation repeats the forward one. ``ulysses`` (Jacobs et al. 2023,
+  DeepSpeed-Ulysses §3.1): all-to-alls of Q, K, V before the attention and of its output after,
+  forward and backward, each rank's ``s/cp`` tokens of those widths.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ from aitrinity.errors import SpecError
 from aitrinity.spec.exchanges import ActivationOffload
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan
+from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan, check_sequence_split
 
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -67,6 +79,7 @@ class Layout:
     ep: int
     micro_batch: int
     num_microbatches: int
+    cp: int = 1
 
 
 def layout(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Layout:
@@ -80,7 +93,8 @@ def layout(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Layout
         )
     if job.seq_len > m.max_seq_len:
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
-    return Layout(plan.tp, plan.pp, dp, plan.ep, plan.micro_batch, job.global_batch // per_step)
+    check_sequence_split(job.seq_len, plan.cp)
+    return Layout(plan.tp, plan.pp, dp, plan.ep, plan.micro_batch, job.global_batch // per_step, plan.cp)
 
 
 def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
@@ -275,8 +289,10 @@ def columns(
 ) -> Columns:
     """The ledger of every row of layout ``L``; ``base`` supplies dtypes, ep, flash attention and the optimizer,
     ``syncs[rows.compression]`` each row's gradient synchronisation."""
-    n, t, p, d, e = len(rows), L.tp, L.pp, L.dp, base.ep
+    n, t, p, d, e, cp = len(rows), L.tp, L.pp, L.dp, base.ep, base.cp
     s, h = job.seq_len, m.hidden_size
+    s_rank = s / cp  # the tokens of a sequence one CP rank holds
+    dz = d * cp  # the ranks holding the same weights: gradients are reduced and ZeRO shards over them
     b = rows.micro_batch.astype(np.float64)
     per_step = d * rows.micro_batch
     divisible = (job.global_batch % per_step) == 0
@@ -301,27 +317,29 @@ def columns(
         return out
 
     # one layer's full activations live while it is recomputed (full recomputation)
-    full_ws = per_layer({(ri, spv): L.act_dense[(0, spv)] for ri in range(3) for spv in (False, True)})
-    full_ws_moe = per_layer({(ri, spv): L.act_moe[(0, spv)] for ri in range(3) for spv in (False, True)})
-    pl_dense, pl_moe = per_layer(L.act_dense) * b, per_layer(L.act_moe) * b
+    # the tables are for a whole sequence; a CP rank keeps 1/cp of every tensor (its s/cp queries; the score
+    # matrices without flash attention are (s/cp) x s)
+    full_ws = per_layer({(ri, spv): L.act_dense[(0, spv)] for ri in range(3) for spv in (False, True)}) / cp
+    full_ws_moe = per_layer({(ri, spv): L.act_moe[(0, spv)] for ri in range(3) for spv in (False, True)}) / cp
+    pl_dense, pl_moe = per_layer(L.act_dense) * b / cp, per_layer(L.act_moe) * b / cp
     sp_div = np.where(sp, float(t), 1.0)
-    exp_shard = max(d // e, 1)
+    exp_shard = max(dz // e, 1)
     cand = _peak_candidates(L)
     st = cand[:, None]
     dl = np.array([x for x, _ in L.layers], dtype=np.float64)[cand][:, None]
     ml = np.array([y for _, y in L.layers], dtype=np.float64)[cand][:, None]
     rep_s, ex_s = np.array(L.rep)[cand][:, None], np.array(L.expert)[cand][:, None]
     # ZeRO stage k shards the optimizer (k >= 1), gradients (k >= 2) and weights (k >= 3) over the DP group
-    stage_w = rep_s * wb / np.where(zero >= 3, d, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
-    stage_g = rep_s * gb / np.where(zero >= 2, d, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
-    stage_o = rep_s * k_opt / np.where(zero >= 1, d, 1) + ex_s * k_opt / np.where(zero >= 1, exp_shard, 1)
+    stage_w = rep_s * wb / np.where(zero >= 3, dz, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
+    stage_g = rep_s * gb / np.where(zero >= 2, dz, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
+    stage_o = rep_s * k_opt / np.where(zero >= 1, dz, 1) + ex_s * k_opt / np.where(zero >= 1, exp_shard, 1)
     in_flight = np.minimum(p - st, mb)  # 1F1B: stage k holds p - k micro-batches (Korthikanti §4.2.3)
     stage_acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
     stage_acts = stage_acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
     if m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
-        stage_acts[0] = stage_acts[0] + s * b * h * in_flight[0] / sp_div
+        stage_acts[0] = stage_acts[0] + s_rank * b * h * in_flight[0] / sp_div
     # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3)
-    stage_acts[-1] = stage_acts[-1] + 4.0 * s * b * (h + m.vocab_size) / t
+    stage_acts[-1] = stage_acts[-1] + 4.0 * s_rank * b * (h + m.vocab_size) / t
     totals = stage_w + stage_g + stage_o + stage_acts
     at = np.argmax(totals, axis=0)  # the first stage of the largest footprint, among the candidates
     peak = cand[at]
@@ -334,7 +352,7 @@ def columns(
     host_resident = np.where(off, opt_peak, 0.0) + a_off * acts_peak
 
     # --- FLOPs of the busiest stage by FLOPs (the same for every row)
-    tokens_per_pipe = job.global_batch * s / d
+    tokens_per_pipe = job.global_batch * s / (d * cp)  # through one pipeline, on one CP rank
     dense_f, score_f = tokens_per_pipe * L.dense_f, tokens_per_pipe * L.score_f
     fwd = dense_f + score_f
     recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
@@ -357,14 +375,14 @@ def columns(
     yes, ones = np.ones(n, dtype=np.bool_), np.ones(n)
     layers_peak = np.array([x + y for x, y in L.layers], dtype=np.float64)[peak]
     moe_peak = np.array([y for _, y in L.layers], dtype=np.float64)[peak]
-    a_bytes = b * s * h * act
+    a_bytes = b * s_rank * h * act
     extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
     streams = [coll.Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
     if p > 1:
         streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb, yes, p, t * d, timed=True))
     gather = np.array([x.collective == "all-gather" for x in syncs])[comp]
     z3 = zero >= 3
-    for tag, params, group, stride in (("", rep_peak, d, t), (" (experts)", exp_peak, d // e, t * e)):
+    for tag, params, group, stride in (("", rep_peak, dz, t), (" (experts)", exp_peak, dz // e, t * e)):
         has = params > 0  # a group with no parameters on the device sends nothing
         if not np.any(has):
             continue
@@ -417,7 +435,10 @@ def columns(
         k = m.moe.experts_per_token
         moe = moe_peak > 0
         a2a = np.where(moe, moe_peak * mb * (4.0 + extra), 0.0)
-        streams.append(coll.Stream("EP token all-to-all", "all-to-all", b * s * k * h * act / t, a2a, moe, e, t))
+        payload = b * s_rank * k * h * act / t
+        streams.append(coll.Stream("EP token all-to-all", "all-to-all", payload, a2a, moe, e, t * cp))
+    if cp > 1:
+        streams += _cp_streams(m, base, t, b, s, act, layers_peak * mb, extra)
     # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back, and the CPU's Adam step
     # streams the states through host DRAM (overlapped by the one-step delay, §4.2)
     streams += [
@@ -469,6 +490,42 @@ def columns(
     )
 
 
+def cp_widths(m: ModelSpec, tp: int) -> tuple[float, float]:
+    """(K + V, Q + output) elements per token on one TP rank: what context parallelism moves (MLA's K and V are
+    each head's, decompressed, as its attention kernel reads them)."""
+    heads = max(m.num_attention_heads // tp, 1)
+    if m.mla:
+        c = m.mla
+        qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+        return heads * (qk + c.v_head_dim), heads * (qk + c.v_head_dim)
+    kv = max(m.kv_heads // tp, 1)
+    return 2.0 * kv * m.dim_head, 2.0 * heads * m.dim_head
+
+
+def _cp_streams(
+    m: ModelSpec, base: Plan, t: int, b: F, s: int, act: float, layer_passes: F, extra: F
+) -> list[coll.Stream]:
+    """Context parallelism's messages over the ``cp`` ranks ``t`` apart, per layer per micro-batch (module doc);
+    ``layer_passes`` = layers x micro-batches, ``extra`` = 2 where full recomputation repeats the forward."""
+    cp, yes = base.cp, np.ones(len(b), dtype=np.bool_)
+    kv, qo = cp_widths(m, t)
+    if base.cp_method == "ring":  # the sequence's K and V gathered forward (and again backward), their grads scattered
+        gathered = b * s * kv * act
+        return [
+            coll.Stream(
+                "CP K/V all-gather (ring)", "all-gather", gathered, layer_passes * (2.0 + extra / 2), yes, cp, t
+            ),
+            coll.Stream("CP K/V gradient reduce-scatter (ring)", "reduce-scatter", gathered, layer_passes, yes, cp, t),
+        ]
+    # Ulysses: Q, K, V in and the output back, forward and backward; each rank's s/cp tokens
+    per_rank = b * (s / cp) * (kv + qo) * act
+    return [
+        coll.Stream(
+            "CP Q/K/V/O all-to-all (Ulysses)", "all-to-all", per_rank, layer_passes * (2.0 + extra / 2), yes, cp, t
+        )
+    ]
+
+
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
     """The ledger of one training step: the columns of a batch of one plan."""
     lay = layout(m, job, plan, system)
@@ -511,7 +568,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
             exchange=float(c.exchange[0]),
             model_total=c.model_total,
         ),
-        gemm_rows=float(b * s),
+        gemm_rows=float(b * s / lay.cp),
         hbm_bytes=float(c.hbm_bytes[0]),
         traffic=[x for x in traffic if x is not None],
         pipeline_bubble_fraction=(p - 1) / (mb * v),
@@ -530,6 +587,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
             pp=p,
             dp=lay.dp,
             ep=lay.ep,
+            cp=lay.cp,
             zero=plan.zero,
             recompute=plan.recompute,
             sequence_parallel=plan.sequence_parallel,

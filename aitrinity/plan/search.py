@@ -2,10 +2,11 @@
 
 The space: every valid ``(tp, pp)`` layout of the system (tp divides the heads
 and is compatible with the KV heads, pp divides the layers, ``tp · pp`` divides
-the devices) x, for a MoE model, every expert-parallel degree ``ep`` that divides
-both the expert count and the data-parallel degree x micro-batch x ZeRO stage x
-recomputation x sequence parallelism x gradient compression x optimizer offload.
-Dtypes, flash attention, a dense model's ``ep`` and the optimizer come from the
+the devices) x the context-parallel degrees of :func:`context_degrees` x, for a
+MoE model, every expert-parallel degree ``ep`` that divides both the expert count
+and the data-parallel degree x micro-batch x ZeRO stage x recomputation x
+sequence parallelism x gradient compression x optimizer offload. Dtypes, flash
+attention, the CP method, a dense model's ``ep`` and the optimizer come from the
 scenario's plan. Deterministic: rows are enumerated in a fixed order and ties go
 to the first row.
 """
@@ -80,12 +81,15 @@ class PlanChoice(Result):
     """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
     ep: int = 1
     """Expert parallelism: the experts split over ``ep`` ranks of the data-parallel group (MoE models)."""
+    cp: int = 1
+    """Context parallelism: each sequence split over ``cp`` ranks."""
 
     @property
     def layout(self) -> str:
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         v = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
-        return f"tp{self.tp} pp{self.pp} dp{self.dp}{ep}{v}"
+        return f"tp{self.tp}{cp} pp{self.pp} dp{self.dp}{ep}{v}"
 
     @property
     def techniques(self) -> str:
@@ -122,6 +126,7 @@ class PlanChoice(Result):
                 "pp": self.pp,
                 "dp": None,
                 "ep": self.ep,
+                "cp": self.cp,
                 "micro_batch": self.micro_batch,
                 "zero": self.zero,
                 "recompute": self.recompute,
@@ -165,6 +170,32 @@ def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
     return out
 
 
+CP_MIN_TOKENS = 8192
+"""The search tries a context-parallel degree only while each rank keeps at least this many tokens of a sequence:
+below it the K / V exchange outgrows the attention it should hide behind (ring attention overlaps a block's
+transfer with its compute only when the block is large enough, Liu et al. 2023, §3) and a short sequence fits
+without CP. A pruning rule of the search, not a fit; a scenario's own ``plan.cp`` is always tried."""
+
+
+def context_degrees(m: ModelSpec, job: TrainingJob, base: Plan, ranks: int, tp: int) -> list[int]:
+    """The context-parallel degrees the search tries on ``ranks`` devices per pipeline stage's TP group: 1, each
+    power of two that divides ``ranks``, splits the sequence in ``2·cp`` equal chunks and leaves a rank
+    :data:`CP_MIN_TOKENS` of it (with Ulysses, also divides the heads per TP rank), and the scenario's own."""
+
+    def ok(cp: int) -> bool:
+        heads = m.num_attention_heads // tp
+        return ranks % cp == 0 and job.seq_len % (2 * cp) == 0 and (base.cp_method != "ulysses" or heads % cp == 0)
+
+    out, cp = [1], 2
+    while cp <= ranks and job.seq_len // cp >= CP_MIN_TOKENS:
+        if ok(cp):
+            out.append(cp)
+        cp *= 2
+    if base.cp not in out and ok(base.cp):
+        out.append(base.cp)
+    return out
+
+
 def expert_degrees(m: ModelSpec, dp: int, ep: int) -> list[int]:
     """The expert-parallel degrees the search tries on a layout of ``dp`` data-parallel ranks: for a MoE model every
     divisor of the expert count that divides ``dp`` (1 included); for a dense model the scenario's ``ep``."""
@@ -198,6 +229,7 @@ class _Table:
     tp: np.ndarray
     pp: np.ndarray
     ep: np.ndarray
+    cp: np.ndarray
     rows: Rows
     priced: Priced
     added: np.ndarray
@@ -218,18 +250,25 @@ def evaluate(
 
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
     rows = _rows(system.host_memory is not None, space)
-    tps, pps, eps, parts, added = [], [], [], [], []
+    parts: list[Priced] = []
+    tps: list[np.ndarray] = []
+    pps: list[np.ndarray] = []
+    eps: list[np.ndarray] = []
+    cps: list[np.ndarray] = []
+    added: list[np.ndarray] = []
     combos = registry.option_combinations("training")
     for tp, pp in layouts(m, system, 1 if m.moe else base.ep):
-        for ep in expert_degrees(m, system.num_devices // (tp * pp), base.ep):
-            with_ep = base.model_copy(update={"ep": ep}) if ep != base.ep else base
-            for c, entries in enumerate(combos):
-                plan = registry.with_added(with_ep, entries)
-                parts.append(price_rows(m, job, plan, system, tp, pp, rows, kernels))
-                tps.append(np.full(len(rows), tp))
-                pps.append(np.full(len(rows), pp))
-                eps.append(np.full(len(rows), ep))
-                added.append(np.full(len(rows), c))
+        ranks = system.num_devices // (tp * pp)
+        for cp in context_degrees(m, job, base, ranks, tp):
+            if not m.moe and (ranks // cp) % base.ep:
+                continue
+            for ep in expert_degrees(m, ranks // cp, base.ep):
+                with_ep = base.model_copy(update={"ep": ep, "cp": cp}) if (ep, cp) != (base.ep, base.cp) else base
+                for c, entries in enumerate(combos):
+                    plan = registry.with_added(with_ep, entries)
+                    parts.append(price_rows(m, job, plan, system, tp, pp, rows, kernels))
+                    for col, value in ((tps, tp), (pps, pp), (eps, ep), (cps, cp), (added, c)):
+                        col.append(np.full(len(rows), value))
     if not parts:
         from aitrinity.errors import SpecError
 
@@ -240,7 +279,14 @@ def evaluate(
     tiled = Rows(*(np.tile(getattr(rows, f), reps) for f in Rows.__dataclass_fields__))
     priced = Priced(*(np.concatenate([getattr(p, f) for p in parts]) for f in Priced.__dataclass_fields__))
     return _Table(
-        np.concatenate(tps), np.concatenate(pps), np.concatenate(eps), tiled, priced, np.concatenate(added), combos
+        np.concatenate(tps),
+        np.concatenate(pps),
+        np.concatenate(eps),
+        np.concatenate(cps),
+        tiled,
+        priced,
+        np.concatenate(added),
+        combos,
     )
 
 
@@ -267,7 +313,8 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
         tp=int(t.tp[i]),
         pp=int(t.pp[i]),
         ep=int(t.ep[i]),
-        dp=system.num_devices // int(t.tp[i] * t.pp[i]),
+        cp=int(t.cp[i]),
+        dp=system.num_devices // int(t.tp[i] * t.pp[i] * t.cp[i]),
         micro_batch=int(r.micro_batch[i]),
         zero=int(r.zero[i]),
         recompute=RECOMPUTE[int(r.recompute[i])],
@@ -325,7 +372,7 @@ def search_training(
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)
-    simple = complexity(t.rows) + np.array([len(entries) for entries in t.combos])[t.added]
+    simple = complexity(t.rows) + (t.cp > 1) + np.array([len(entries) for entries in t.combos])[t.added]
     order = rank(score, t.priced.hbm_bytes, simple, idx)
     money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
     front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money]) if pareto else []

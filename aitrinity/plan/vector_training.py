@@ -147,12 +147,12 @@ def price_rows(
     rows: Rows,
     kernels: Kernels | None = None,
 ) -> Priced:
-    """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, flash attention, optimizer.
+    """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, cp, flash attention, optimizer.
 
     A GPU's step comes from the operator model (``kernels``, default the catalog roofline of the device),
     as :func:`aitrinity.cost.estimate.estimate_training` prices one plan; other devices keep the phase
     roofline of :func:`aitrinity.cost.estimate.price`."""
-    dp = system.num_devices // (tp * pp)
+    dp = system.num_devices // (tp * pp * base.cp)
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
     c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
@@ -175,7 +175,7 @@ def price_rows(
 
     # --- pricing (estimate.resource_times + combine, vectorized)
     eff = system.eff
-    rows_per_gemm = b * s
+    rows_per_gemm = b * s / base.cp
     curve = eff.compute_at(rows_per_gemm)
     rate = system.device.peak_flops_for(base.compute_dtype) * curve
     times = [hardware / rate, c.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory)]
@@ -196,7 +196,7 @@ def price_rows(
         # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
         combos, inv = np.unique(rows.micro_batch * 6 + rec * 2 + sp, return_inverse=True)
         ub = (combos // 6).astype(np.float64)
-        micro = MicroBatch(ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype)
+        micro = MicroBatch(ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype, base.cp)
         per_mb = slowest_stage(m, kernels, tp, p, base.ep, micro)
         per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
         opt_bytes = np.where(off, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)

@@ -256,13 +256,19 @@ class Disaggregation(Spec):
 class Plan(Spec):
     """How the work is done: parallelism, memory techniques, dtypes.
 
-    ``dp`` defaults to ``num_devices / (tp * pp)``.
+    ``dp`` defaults to ``num_devices / (tp * cp * pp)``.
     """
 
     tp: int = Field(default=1, gt=0, le=MAX_COUNT)
     pp: int = Field(default=1, gt=0, le=MAX_COUNT)
     dp: int | None = Field(default=None, gt=0, le=MAX_COUNT)
     ep: int = Field(default=1, gt=0, le=MAX_COUNT)
+    cp: int = Field(default=1, gt=0, le=MAX_COUNT)
+    """Training: context parallelism, each sequence split over ``cp`` ranks (``aitrinity.cost.training``)."""
+    cp_method: Literal["ring", "ulysses"] = "ring"
+    """How the ``cp`` ranks share attention: ``ring`` passes K and V around the group (ring attention; Llama 3's
+    all-gather of K and V moves the same bytes), ``ulysses`` re-partitions Q, K, V and the output by heads with
+    all-to-alls (DeepSpeed-Ulysses)."""
     micro_batch: int = Field(default=1, gt=0, le=MAX_COUNT)
     virtual_stages: int = Field(default=1, gt=0, le=MAX_COUNT)
     zero: Literal[0, 1, 2, 3] = 0
@@ -325,12 +331,15 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
             plan.virtual_stages,
             f"at most num_layers / pp ({model.num_layers} / {plan.pp}) for {model.name}",
         )
-    if n % (plan.tp * plan.pp):
+    _check_cp(plan, model, training)
+    group = plan.tp * plan.cp * plan.pp
+    if n % group:
         what = "the decode pool's devices" if plan.disaggregation else "system.num_devices"
-        raise SpecError(what, n, f"a multiple of tp x pp = {plan.tp * plan.pp}")
-    dp = n // (plan.tp * plan.pp)
+        cp = " x cp" if plan.cp > 1 else ""
+        raise SpecError(what, n, f"a multiple of tp{cp} x pp = {group}")
+    dp = n // group
     if plan.dp is not None and plan.dp != dp:
-        raise SpecError("plan.dp", plan.dp, f"num_devices / (tp x pp) = {dp}")
+        raise SpecError("plan.dp", plan.dp, f"num_devices / (tp x cp x pp) = {dp}")
     if plan.ep > 1:
         if model.moe is None:
             raise SpecError("plan.ep", plan.ep, f"1: {model.name} has no experts")
@@ -344,6 +353,33 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     if not training and plan.virtual_stages > 1:
         raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving (no interleaved schedule)")
     return dp
+
+
+def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
+    """Context parallelism: training only; Ulysses splits each TP rank's heads over the CP group."""
+    if plan.cp == 1:
+        return
+    if not training:
+        raise SpecError("plan.cp", plan.cp, "1 for serving (context parallelism is priced for training only)")
+    if plan.cp_method == "ulysses" and (model.num_attention_heads // plan.tp) % plan.cp:
+        raise SpecError(
+            "plan.cp",
+            plan.cp,
+            f"a divisor of the attention heads per TP rank ({model.num_attention_heads} / tp {plan.tp}) with "
+            "cp_method ulysses (it splits heads over the CP group); ring has no such limit",
+        )
+
+
+def check_sequence_split(seq_len: int, cp: int) -> None:
+    """A sequence splits over ``cp`` ranks in ``2·cp`` equal chunks, rank ``i`` holding chunks ``i`` and
+    ``2cp - 1 - i``, so that each does the same share of causal attention (Megatron-Core's load balancing)."""
+    if cp > 1 and seq_len % (2 * cp):
+        raise SpecError(
+            "plan.cp",
+            cp,
+            f"a CP size whose 2 x cp chunks divide workload.training.seq_len ({seq_len}): each rank holds two of "
+            "2 x cp equal chunks (load-balanced causal attention)",
+        )
 
 
 def _check_tp_domain(field: str, tp: int, system: System) -> None:

@@ -70,6 +70,30 @@ def test_scenario_file_with_misspelled_model(tmp_path, capsys):
     assert rc == 2 and "workload.model" in err and "llama-3.1-8b" in err
 
 
+def test_context_parallel_diagnose_and_its_bad_sizes(tmp_path, capsys):
+    """A CP layout is diagnosed with its size in the header; a CP size whose chunks do not divide the sequence is
+    one line naming plan.cp, exit 2."""
+    sc = {
+        "name": "long",
+        "system": {"device": "h100-sxm", "num_devices": 64},
+        "workload": {"model": "llama-3.1-8b", "training": {"seq_len": 131072, "global_batch": 8}},
+        "plan": {"tp": 8, "cp": 8, "zero": 1, "sequence_parallel": True},
+    }
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    rc, out, _ = run(capsys, "diagnose", str(p))
+    assert rc == 0 and "(tp 8, cp 8, pp 1, dp 1," in out
+    rc, out, _ = run(capsys, "diagnose", str(p), "--json")
+    [d] = json.loads(out)
+    assert d["estimate"]["ledger"]["parallelism"]["cp"] == 8
+    assert any(t["purpose"] == "CP K/V all-gather (ring)" for t in d["estimate"]["ledger"]["phases"][0]["traffic"])
+    sc["plan"]["cp"] = 3
+    sc["system"]["num_devices"] = 24
+    p.write_text(yaml.safe_dump(sc))
+    rc, out, err = run(capsys, "diagnose", str(p))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "plan.cp" in err and "131072" in err
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])

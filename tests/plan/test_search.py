@@ -38,6 +38,7 @@ def _brute(m, job, base, system, space, objective):
                     "tp": int(t.tp[i]),
                     "pp": int(t.pp[i]),
                     "ep": int(t.ep[i]),
+                    "cp": int(t.cp[i]),
                     "micro_batch": int(r.micro_batch[i]),
                     "zero": int(r.zero[i]),
                     "recompute": RECOMPUTE[r.recompute[i]],
@@ -65,10 +66,17 @@ CASES = {
     "dense": ("llama-3.1-8b", 4, TrainingJob(seq_len=4096, global_batch=32), SMALL),
     # a MoE model: the expert-parallel degree is searched too (1, 2, 4, 8 where dp allows)
     "moe": ("mixtral-8x7b", 8, TrainingJob(seq_len=2048, global_batch=16), Space(micro_batches=(1,), zero=(1, 3))),
+    # a long sequence: context parallelism is searched too (cp 1, 2, 4: each rank keeps >= 8,192 tokens)
+    "long": (
+        "llama-3.1-8b",
+        16,
+        TrainingJob(seq_len=32768, global_batch=8),
+        Space(micro_batches=(1,), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,)),
+    ),
 }
 
 
-@pytest.mark.parametrize("case", ["dense", "moe"])
+@pytest.mark.parametrize("case", ["dense", "moe", "long"])
 @pytest.mark.parametrize("objective", ["time", "cost"])
 def test_search_equals_brute_force(objective, case):
     name, n, job, space = CASES[case]
@@ -78,9 +86,10 @@ def test_search_equals_brute_force(objective, case):
     t, brute = _brute(m, job, Plan(), system, space, objective)
     if case == "moe":
         assert set(t.ep.tolist()) == {1, 2, 4, 8}
+    assert set(t.cp.tolist()) == ({1, 2, 4} if case == "long" else {1})
     feasible = [i for i, v in enumerate(brute) if v is not None]
     assert res.feasible == len(feasible) and res.evaluated == len(brute)
-    simple = complexity(t.rows)
+    simple = complexity(t.rows) + (t.cp > 1)
     key = {
         i: (quantize(np.array(brute[i][0]))[()], int(simple[i]), quantize(np.array(brute[i][1]))[()], i)
         for i in feasible
@@ -91,6 +100,7 @@ def test_search_equals_brute_force(objective, case):
         b.tp,
         b.pp,
         b.ep,
+        b.cp,
         b.micro_batch,
         b.zero,
         b.recompute,
@@ -103,6 +113,7 @@ def test_search_equals_brute_force(objective, case):
         int(t.tp[best]),
         int(t.pp[best]),
         int(t.ep[best]),
+        int(t.cp[best]),
         int(t.rows.micro_batch[best]),
         int(t.rows.zero[best]),
         RECOMPUTE[t.rows.recompute[best]],
@@ -193,3 +204,32 @@ def test_tensor_parallel_stays_inside_a_node():
     assert res.best is not None and res.best.tp <= 4
     with pytest.raises(SpecError, match="devices_per_node"):
         training_ledger("s", m, job, Plan(tp=8), system)
+
+
+def test_context_parallelism_is_searched_where_a_long_sequence_needs_it():
+    """128k tokens of Llama-3.1-8B on 64 H100s: no plan without CP fits in this space (no recomputation, no offload),
+    the best plan splits the sequence, and its one-plan price is the search's."""
+    m = catalog.model("llama-3.1-8b")
+    job = TrainingJob(seq_len=131072, global_batch=8)
+    system = make_system(n=64)
+    space = Space(micro_batches=(1,), zero=(1,), virtual_stages=(1,), activation_offload=(0.0,))
+    t = evaluate(m, job, Plan(), system, space)
+    fits = t.priced.feasible & (t.rows.recompute == 0)
+    assert fits.any() and not (fits & (t.cp == 1)).any()
+    res = search_training(m, job, Plan(), system, space=space)
+    assert res.best is not None and res.best.cp > 1 and f"cp{res.best.cp}" in res.best.layout
+    plan = res.best.plan(Plan())
+    assert plan.cp == res.best.cp
+    est = price_training_ledger(training_ledger("p", m, job, plan, system), m, plan, system)
+    assert est.training.step_time_s == pytest.approx(res.best.step_time_s, rel=1e-9)
+
+
+def test_short_sequences_search_no_context_parallelism():
+    from aitrinity.plan.search import context_degrees
+
+    m = catalog.model("llama-3.1-8b")
+    assert context_degrees(m, TrainingJob(seq_len=8192, global_batch=8), Plan(), 64, 8) == [1]
+    assert context_degrees(m, TrainingJob(seq_len=8192, global_batch=8), Plan(cp=2), 64, 8) == [1, 2]
+    assert context_degrees(m, TrainingJob(seq_len=131072, global_batch=8), Plan(), 64, 8) == [1, 2, 4, 8, 16]
+    ulysses = Plan(cp_method="ulysses")  # 32 heads / tp 8 = 4 per rank: cp up to 4
+    assert context_degrees(m, TrainingJob(seq_len=131072, global_batch=8), ulysses, 64, 8) == [1, 2, 4]

@@ -1,6 +1,6 @@
 """The parallel layout and batching as exchanges: plan fields with pathways, searched by the planner.
 
-Tensor, pipeline and expert parallelism spend link bytes to relieve per-device memory; larger
+Tensor, pipeline, expert and context parallelism spend link bytes to relieve per-device memory; larger
 micro-batches, interleaved stages and larger serving batches spend memory to relieve idle compute. None
 has a quality cost.
 """
@@ -66,6 +66,24 @@ EP = register(
         ),
         ("training", "serving"),
         used=lambda p: p.ep > 1,
+    )
+)
+CP = register(
+    Exchange(
+        ExchangeInfo(
+            "cp",
+            "context parallelism",
+            "bandwidth->memory",
+            "K/V all-gathers (ring) or Q/K/V/O all-to-alls (Ulysses) per layer",
+            "activation bytes per device (each rank holds 1/cp of a sequence)",
+            None,
+            "above",
+            "hidden",
+            "Liu et al. 2023 (ring attention); Jacobs et al. 2023 (DeepSpeed-Ulysses); Dubey et al. 2024, sec. 3.3.2",
+        ),
+        ("training",),
+        searched=True,
+        used=lambda p: p.cp > 1,
     )
 )
 MICRO_BATCH = register(
