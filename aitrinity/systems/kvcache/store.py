@@ -204,6 +204,34 @@ class KVStore:
             n += self.put(bk.keys[j], p, tag, flops[j - start] if flops else 0.0, bk.content[j])
         return n
 
+    def flush(self) -> int:
+        """Copy every block that only the first tier holds down to the next tier that takes it, and return how many.
+
+        With write-back a block lives in the fastest tier with room and reaches a lower one only when evicted; a
+        memory tier belongs to its process, so a server that stops calls this first and what it cached outlives it
+        on disk or in Redis. The block stays in the first tier too. Nothing to do with one tier or write-through
+        (every tier was written)."""
+        if len(self.tiers) < 2 or self.write == "through":
+            return 0
+        copied = 0
+        with self._lock:
+            first = self.tiers[0].tier
+            only = [k for k in self.index[0] if not any(k in ix for ix in self.index[1:])]
+            for key in only:
+                assert isinstance(key, bytes)
+                meta = self.index[0].meta(key)
+                for nxt in range(1, len(self.tiers)):
+                    got = first.get(key)
+                    if isinstance(got, Miss):
+                        break
+                    # a copy: a sealed tier seals the frame in place, and the first tier keeps its own
+                    if _write(self.tiers[nxt].tier, key, bytearray(got)) and self._insert(
+                        nxt, key, got.nbytes, meta.flops if meta else 0.0
+                    ):
+                        copied += 1
+                        break
+        return copied
+
     # ------------------------------------------------------------------ reads
 
     def has(self, key: bytes) -> bool:

@@ -13,8 +13,13 @@ it holds and where (``lookup``), and decides with ``cost.kv_reuse.decide``
 whether loading them beats recomputing them, from the **measured** read time
 of each tier and the engine's **measured** prefill FLOP/s; it tells vLLM how
 many tokens it will load. The worker half copies those blocks into vLLM's
-paged KV tensors before the forward pass and, after it, saves every block
-that became full (prompt and output tokens alike) and is not stored yet.
+paged KV tensors before the forward pass and, after it, copies out every block
+that became full (prompt and output tokens alike) and is not stored yet; a
+background writer (``systems.kvcache.saver``) puts the copies into the store, so
+a write-through disk fsync or Redis round trip does not hold the step. When
+vLLM shuts the worker down, the writer is drained and, with write-back, the
+blocks only the memory tier holds are copied down (``KVStore.flush``): nothing
+the server cached is lost when it stops.
 
 A block is one vLLM block (``block_size`` tokens) of every layer, keyed by
 the chained hash of its tokens (``systems.kvcache.keys``) salted with the
@@ -49,6 +54,7 @@ from aitrinity.cost.kv_reuse import Source, decide, prefill_flops
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.spec.model import ModelSpec
 from aitrinity.systems.kvcache.keys import BlockKeys, Keyer
+from aitrinity.systems.kvcache.saver import Block, Saver
 from aitrinity.systems.vllm.config import ConnectorConfig
 from aitrinity.systems.vllm.lookup import LookupClient, LookupServer, Rates, answer, probe, socket_path
 from aitrinity.systems.vllm.paged import PagedKV
@@ -337,8 +343,9 @@ class WorkerSide:
         self.paged: PagedKV | None = None
         self.server: LookupServer | None = None
         self.errors: set[int] = set()
+        self.saver: Saver | None = None
+        self._closed = False
         self.loaded_tokens = 0
-        self.saved_blocks = 0
         self.failed_blocks = 0
         self.loaded_by_tier: dict[str, int] = {}
         self._t_step = self._t_load = 0.0
@@ -347,6 +354,7 @@ class WorkerSide:
         self.paged = PagedKV(kv_caches, self.num_blocks)
         self.extra = {"model": self.ident, "layout": self.paged.layout}
         self.store = self.cfg.open(Keyer.of(self.cfg.salt, self.block, **self.extra))
+        self.saver = Saver(self.store)
         self.rates.block_bytes = self.paged.row_bytes
         for t in self.store.tiers:
             probe(t.tier, self.paged.row_bytes, self.rates)
@@ -359,10 +367,14 @@ class WorkerSide:
         )
 
     def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """A request from the scheduler's process (or ``trinity``'s tools): lookup, hello or stats."""
-        assert self.paged is not None
+        """A request from the scheduler's process (or ``trinity``'s tools): lookup, hello, stats or drain (wait
+        until every block handed to the writer is stored)."""
+        assert self.paged is not None and self.saver is not None
         if "hello" in msg:
             return {"extra": self.extra, "block_bytes": self.paged.row_bytes}
+        if "drain" in msg:
+            self.saver.drain()
+            return {"pending": self.saver.pending}
         if "stats" in msg:
             s = self.store.stats
             return {
@@ -372,7 +384,9 @@ class WorkerSide:
                 "corrupt": s.corrupt,
                 "loaded_tokens": self.loaded_tokens,
                 "loaded_by_tier": dict(self.loaded_by_tier),
-                "saved_blocks": self.saved_blocks,
+                "saved_blocks": self.saver.saved,
+                "pending_blocks": self.saver.pending,
+                "failed_saves": self.saver.failed,
                 "failed_blocks": self.failed_blocks,
                 "used_bytes": self.store.used_bytes(),
                 **self.rates.to_json(),
@@ -415,7 +429,8 @@ class WorkerSide:
         self._t_load += time.perf_counter() - t0
 
     def save(self, meta: TrinityMetadata) -> None:
-        assert self.paged is not None
+        """Measure the step, copy its new full blocks out of vLLM's tensors and hand them to the writer."""
+        assert self.paged is not None and self.saver is not None
         dt = time.perf_counter() - self._t_step - self._t_load  # the forward pass (loads may run before or after it)
         if sum(n for _, n in meta.work if n > 1) >= PREFILL_SAMPLE_TOKENS:
             flops = sum(prefill_flops(self.spec, c, n) for c, n in meta.work)
@@ -424,15 +439,28 @@ class WorkerSide:
             todo = [(i, bytes.fromhex(k)) for i, k in enumerate(t.keys) if not self.store.has(bytes.fromhex(k))]
             if not todo:
                 continue
-            rows = self.paged.read([t.block_ids[i] for i, _ in todo])
+            rows = self.paged.read([t.block_ids[i] for i, _ in todo])  # a copy: vLLM may reuse the blocks
             for (i, key), row in zip(todo, rows, strict=True):
-                self.saved_blocks += self.store.put(key, row, self.paged.layout, content=bytes.fromhex(t.content[i]))
+                self.saver.submit(Block(key, row, self.paged.layout, bytes.fromhex(t.content[i])))
 
     def take_errors(self) -> set[int]:
         out, self.errors = self.errors, set()
         return out
 
     def close(self) -> None:
+        """vLLM shuts the worker down: store what the writer holds, copy the memory tier's blocks down (write-back),
+        stop answering lookups."""
         if self.server is not None:
             self.server.close()
             self.server = None
+        if self.saver is not None and not self._closed:
+            self._closed = True
+            self.saver.close()
+            flushed = self.store.flush()
+            log.info(
+                "aitrinity KV connector: %d blocks saved, %d failed, %d copied down from %s at shutdown",
+                self.saver.saved,
+                self.saver.failed,
+                flushed,
+                self.store.tiers[0].tier.name,
+            )

@@ -210,6 +210,10 @@ class LookupClient:
         """The worker's key salt (model identity and KV layout): ``{"extra": {...}}``."""
         return self.call({"hello": 1})
 
+    def drain(self) -> dict[str, Any] | None:
+        """Wait until the worker has stored every block its writer holds (its saves are asynchronous)."""
+        return self.call({"drain": True})
+
     def stats(self) -> dict[str, Any] | None:
         """The worker's counters: the store's hits, misses and puts, tokens loaded, blocks saved, rates."""
         return self.call({"stats": 1})

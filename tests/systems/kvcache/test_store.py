@@ -86,6 +86,25 @@ def test_write_through_keeps_lower_copy(tmp_path):
     assert s.lookup(b).per_tier == {"memory": 1, "disk": 1}
 
 
+def test_flush_copies_memory_only_blocks_down_so_they_outlive_the_process(tmp_path):
+    """Write-back keeps a block in the memory tier only; flush (a server stopping) copies each such block to the
+    disk tier -- keeping the memory copy -- and a new store on the same disk reads them back intact."""
+    k = Keyer.of("t", block_tokens=4)
+    toks = list(range(12))
+    s = KVStore([TierConfig(MemoryTier()), TierConfig(DiskTier(tmp_path, k.namespace))])
+    assert store_prompt(s, k, toks) == 3
+    assert s.lookup(k.keys(toks)).per_tier == {"memory": 3, "disk": 0}
+    assert s.flush() == 3
+    assert s.lookup(k.keys(toks)).per_tier == {"memory": 3, "disk": 3}
+    assert s.flush() == 0  # nothing left that only memory holds
+    again = KVStore([TierConfig(DiskTier(tmp_path, k.namespace))])
+    assert [bytes(p) for p in again.fetch(k.keys(toks)).payloads] == [payload(x) for x in k.keys(toks).keys]
+    assert bytes(s.fetch(k.keys(toks)).payloads[0]) == payload(k.keys(toks).keys[0])  # memory's copy untouched
+    through = KVStore([TierConfig(MemoryTier()), TierConfig(DiskTier(tmp_path / "t", "ns"))], write="through")
+    store_prompt(through, k, toks)
+    assert through.flush() == 0 and mem_store().flush() == 0
+
+
 def test_disk_tier_survives_restart_and_reindexes(tmp_path):
     k = Keyer.of("t", block_tokens=4)
     toks = list(range(16))

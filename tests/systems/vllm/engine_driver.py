@@ -3,8 +3,9 @@
 ``python engine_driver.py PLAN.json OUT.json``. The engine is vLLM's offline
 ``LLM`` on the CPU; prompts are token-id lists. After each phase it records the
 outputs, vLLM's per-request cached-token counts, the connector worker's
-counters (asked over its lookup socket; its key salt once), and the disk tier's files and the
-Redis tier's keys, so the test can tamper with exactly one phase's blocks.
+counters (asked over its lookup socket; its key salt once), and -- once the worker's writer has stored the
+phase's blocks -- the disk tier's files and the Redis tier's keys, so the test can tamper with exactly one
+phase's blocks.
 The ``__main__`` guard matters: the engine spawns processes.
 """
 
@@ -65,10 +66,13 @@ def main() -> None:
         sp = SamplingParams(**ph.get("sampling", {"temperature": 0.0, "max_tokens": 8}))
         t = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in ph["prompts"]], sp, use_tqdm=False)
+        seconds = time.perf_counter() - t
+        if client is not None:
+            client.drain()  # saves are asynchronous: the phase's blocks are stored before the tiers are listed
         result["phases"][ph["name"]] = {
             "tokens": [list(o.outputs[0].token_ids) for o in outs],
             "cached": [o.num_cached_tokens for o in outs],
-            "seconds": time.perf_counter() - t,
+            "seconds": seconds,
             "stats": client.stats() if client else None,
             **_listing(ph),
         }

@@ -198,3 +198,30 @@ def test_redis_killed_mid_run_requests_still_answered(runs: dict[str, Any]) -> N
     # vLLM's own prefix cache (on in engine B) serves the repeat; the connector loads nothing more
     assert b["p1-again"]["cached"] == [5 * runs["b"]["block_size"]]
     assert b["p1-again"]["stats"]["loaded_tokens"] == s["loaded_tokens"]
+
+
+def test_write_back_blocks_reach_disk_when_the_engine_stops(tmp_path: Path) -> None:
+    """Write-back keeps saved blocks in the worker's memory tier (the disk is empty while the engine runs, once the
+    asynchronous writer has drained); when the engine shuts down, the connector copies every one of them down, so
+    a server that stops loses nothing it cached."""
+    pytest.importorskip("vllm", reason="the vLLM engine is an extra: pip install -e '.[vllm]'")
+    from aitrinity.systems.vllm import transfer_config
+    from aitrinity.systems.vllm.tiny import tiny_model
+
+    disk = tmp_path / "disk"
+    tiers = [{"kind": "memory", "capacity_bytes": 256 << 20}, {"kind": "disk", "path": str(disk)}]
+    run = _run(
+        tmp_path,
+        "wb",
+        {
+            "model": str(tiny_model(tmp_path / "model")),
+            "connector": transfer_config(tiers, write="back", engine_id=f"wb-{uuid.uuid4()}"),
+            "phases": [{"name": "p1", "prompts": [P1, P2], "disk": str(disk)}],
+        },
+    )
+    p1 = run["phases"]["p1"]
+    assert p1["stats"]["saved_blocks"] == 10 and p1["stats"]["pending_blocks"] == 0  # 5 full blocks each
+    assert p1["disk"] == []  # only the memory tier held them while the engine ran
+    keys = Keyer.of("", run["block_size"], **run["key_extra"])
+    on_disk = {p.stem for p in disk.rglob("*.kvb")}
+    assert on_disk == {k.hex() for prompt in (P1, P2) for k in keys.keys(prompt).keys}
