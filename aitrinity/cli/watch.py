@@ -8,6 +8,7 @@ import json
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,13 @@ from aitrinity.errors import SpecError
 HELP = """examples:
   trinity watch http://127.0.0.1:8000 --device me.yaml          the model's config is read from the server's model path
   trinity watch http://127.0.0.1:8000 --model-config config.json --device h100-sxm --period 10 --json
+  trinity watch http://127.0.0.1:8000 --device me.yaml --kv-engine-id ID   also the aitrinity KV connector's tiers
 
 Each period: running and waiting requests, KV-cache usage, preemptions, token rates, the binding resource
-(KV capacity, queue, compute, memory bandwidth, idle) and the exchange that would relieve it. --json prints one
-object per period (a line each). Ctrl-C stops.
+(KV capacity, queue, KV tier, compute, memory bandwidth, idle) and the exchange that would relieve it. With
+--kv-engine-id (the kv_transfer_config's engine_id of a server running aitrinity's KV connector) also the tokens
+each tier loaded, its read bandwidth and the share of the period spent reading it. --json prints one object per
+period (a line each). Ctrl-C stops.
 """
 
 
@@ -38,6 +42,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--period", type=float, default=5.0, help="seconds between reads (default 5)")
     p.add_argument("--count", type=count(1, 10**9), help="stop after this many periods (default: until Ctrl-C)")
     p.add_argument("--json", action="store_true", help="one JSON object per period")
+    p.add_argument(
+        "--kv-engine-id",
+        metavar="ID",
+        help="the engine_id of the server's aitrinity KV connector: read its tiers over the worker's lookup socket",
+    )
 
 
 def _get(url: str, path: str) -> bytes:
@@ -72,6 +81,40 @@ def _model_config(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]
         raise SpecError("--model-config", str(path), f"a readable config.json ({e})") from e
 
 
+def _reader(args: argparse.Namespace) -> Callable[[], Any]:
+    """One read of the server's counters, with the KV connector's when ``--kv-engine-id`` names it."""
+    from aitrinity.systems.vllm import watch
+
+    def metrics() -> Any:
+        return watch.parse_metrics(_get(args.url, "/metrics").decode(), time.monotonic())
+
+    if not args.kv_engine_id:
+        return metrics
+    import logging
+
+    from aitrinity.systems.vllm.lookup import LookupClient, socket_path
+
+    logging.getLogger("aitrinity.systems.vllm.lookup").setLevel(logging.ERROR)  # an unreachable socket is our error
+    client = LookupClient(socket_path(args.kv_engine_id))
+    hello = client.hello()
+    if hello is None:
+        raise SpecError(
+            "--kv-engine-id",
+            args.kv_engine_id,
+            f"the engine_id of a running aitrinity KV connector (its socket {socket_path(args.kv_engine_id)}: "
+            f"{client.last_error})",
+        )
+
+    def both() -> Any:
+        sample = metrics()
+        stats = client.stats()
+        if stats is None:
+            raise SpecError("--kv-engine-id", args.kv_engine_id, f"a connector that answers ({client.last_error})")
+        return watch.with_tiers(sample, stats, hello)
+
+    return both
+
+
 def run(args: argparse.Namespace) -> int:
     from aitrinity import catalog
     from aitrinity.catalog.hf import from_hf_config
@@ -82,14 +125,15 @@ def run(args: argparse.Namespace) -> int:
     cfg, where = _model_config(args)
     m = from_hf_config(cfg, Path(where).parent.name, where=where) if cfg is not None else None
     dev = catalog.device(args.device) if args.device else None
+    read = _reader(args)  # a bad --kv-engine-id is said before anything else
     if not args.quiet:
         said = f"model {m.name} ({where})" if m else where
         print(f"watching {args.url}: {said}; device {dev.name if dev else 'not given'}", file=sys.stderr)
-    prev = watch.parse_metrics(_get(args.url, "/metrics").decode(), time.monotonic())
+    prev = read()
     n = 0
     while args.count is None or n < args.count:
         time.sleep(args.period)
-        now = watch.parse_metrics(_get(args.url, "/metrics").decode(), time.monotonic())
+        now = read()
         v = watch.judge(prev, now, m, dev)
         print(json.dumps(v.to_json()) if args.json else watch.line(v), flush=True)
         prev, n = now, n + 1

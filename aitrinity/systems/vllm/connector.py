@@ -348,6 +348,8 @@ class WorkerSide:
         self.loaded_tokens = 0
         self.failed_blocks = 0
         self.loaded_by_tier: dict[str, int] = {}
+        self.load_s_by_tier: dict[str, float] = {}
+        """Seconds spent reading blocks from each tier (checksums included): ``trinity watch``'s tier time."""
         self._t_step = self._t_load = 0.0
 
     def register(self, kv_caches: dict[str, Any]) -> None:
@@ -371,7 +373,7 @@ class WorkerSide:
         until every block handed to the writer is stored)."""
         assert self.paged is not None and self.saver is not None
         if "hello" in msg:
-            return {"extra": self.extra, "block_bytes": self.paged.row_bytes}
+            return {"extra": self.extra, "block_bytes": self.paged.row_bytes, "block_tokens": self.block}
         if "drain" in msg:
             self.saver.drain()
             return {"pending": self.saver.pending}
@@ -384,6 +386,7 @@ class WorkerSide:
                 "corrupt": s.corrupt,
                 "loaded_tokens": self.loaded_tokens,
                 "loaded_by_tier": dict(self.loaded_by_tier),
+                "load_s_by_tier": dict(self.load_s_by_tier),
                 "saved_blocks": self.saver.saved,
                 "pending_blocks": self.saver.pending,
                 "failed_saves": self.saver.failed,
@@ -414,8 +417,10 @@ class WorkerSide:
                 self.loaded_tokens += n * self.block
             for name in set(got.sources[:n]):
                 idx = [i for i in range(n) if got.sources[i] == name]
-                self.rates.read(name, len(idx), sum(got.seconds[i] for i in idx))
+                seconds = sum(got.seconds[i] for i in idx)
+                self.rates.read(name, len(idx), seconds)
                 self.loaded_by_tier[name] = self.loaded_by_tier.get(name, 0) + len(idx) * self.block
+                self.load_s_by_tier[name] = self.load_s_by_tier.get(name, 0.0) + seconds
             if n < len(t.block_ids):
                 self.errors.update(t.block_ids[n:])
                 self.failed_blocks += len(t.block_ids) - n

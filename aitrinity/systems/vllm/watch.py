@@ -10,7 +10,10 @@ generated tokens. The binding resource is decided in this order:
 3. **compute** or **memory bandwidth** -- the larger of the two busy times the cost model gives for the
    period's work on ``device``: the FLOPs of the prompt and generated tokens (``2 x parameters`` per token)
    over the device's achievable FLOP/s, against the bytes the decode steps read (the weights once per step,
-   steps = generated tokens / running sequences) over its achievable memory bandwidth;
+   steps = generated tokens / running sequences) over its achievable memory bandwidth -- unless
+   **a KV tier** of the connector (``--kv-engine-id``: its counters, read over the worker's lookup socket)
+   took more of the period: the seconds the worker spent reading prefix blocks from that tier, against the
+   cost model's compute and memory busy times (or, without a model and a device, half the period);
 4. **idle** -- nothing ran.
 
 Each verdict names the exchanges that relieve it (from the compute-bandwidth-memory vocabulary: KV
@@ -20,7 +23,7 @@ model config and a device only the first two and idle can be told apart; the res
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from aitrinity.control.telemetry import Rates
@@ -50,6 +53,11 @@ RELIEF: dict[str, list[str]] = {
         "weight quantization (int8/fp8/int4: fewer bytes per step)",
         "speculative decoding (several tokens per weight read)",
     ],
+    "KV tier": [
+        "a larger or faster first tier (memory before disk or Redis), so reused prefixes stay hot",
+        "KV quantization of the stored blocks (fewer bytes per token to read)",
+        "recomputing instead: the connector's per-request decision loads only where the tier beats the prefill",
+    ],
     "idle": [],
     "busy": ["give --model-config and --device to tell compute from memory bandwidth"],
 }
@@ -70,6 +78,25 @@ class Sample:
     prefix_hits: float = 0.0
     """Prompt tokens found in vLLM's prefix cache (``prefix_cache_hits``), of ``prefix_queries`` looked up."""
     prefix_queries: float = 0.0
+    tier_tokens: dict[str, float] = field(default_factory=dict)
+    """Prompt tokens the KV connector loaded from each tier (cumulative; empty without ``with_tiers``)."""
+    tier_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds the connector's worker spent reading them, per tier (cumulative)."""
+    block_bytes: float | None = None
+    """Bytes of one stored block, and its tokens: a tier's read bandwidth in the period."""
+    block_tokens: float | None = None
+
+
+def with_tiers(s: Sample, stats: dict[str, Any], hello: dict[str, Any]) -> Sample:
+    """``s`` with the KV connector's tier counters: its worker's ``stats`` and ``hello`` replies
+    (``LookupClient.stats`` / ``hello``; the latter gives a block's bytes and tokens)."""
+    return replace(
+        s,
+        tier_tokens={k: float(v) for k, v in stats.get("loaded_by_tier", {}).items()},
+        tier_seconds={k: float(v) for k, v in stats.get("load_s_by_tier", {}).items()},
+        block_bytes=hello.get("block_bytes"),
+        block_tokens=hello.get("block_tokens"),
+    )
 
 
 def parse_metrics(text: str, t: float) -> Sample:
@@ -110,6 +137,18 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class TierPeriod:
+    """What the KV connector loaded from one tier in a period."""
+
+    tier: str
+    tokens_per_s: float
+    busy: float
+    """Share of the period the worker spent reading from it."""
+    read_Bps: float | None
+    """Its read bandwidth in the period (None without the block size or with nothing read)."""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """One period: what was measured, what binds, what the cost model expected, what would relieve it."""
 
@@ -125,13 +164,21 @@ class Verdict:
     why: str
     expected: Expected | None
     relieve: list[str] = field(default_factory=list)
+    tiers: list[TierPeriod] = field(default_factory=list)
+    """The KV connector's tiers this period (empty when it is not watched)."""
 
     def rates(self) -> Rates:
         """What the server achieved in the period, as the Controller's telemetry: the cost model's FLOPs and bytes
-        for the period's tokens over its length (nothing without a model and a device)."""
+        for the period's tokens over its length (nothing without a model and a device), and each connector tier's
+        read bandwidth."""
+        links = {t.tier: t.read_Bps for t in self.tiers if t.read_Bps}
         if self.expected is None:
-            return Rates()
-        return Rates(flops_per_s=self.expected.flops / self.period_s, memory_Bps=self.expected.bytes / self.period_s)
+            return Rates(links_Bps=links)
+        return Rates(
+            flops_per_s=self.expected.flops / self.period_s,
+            memory_Bps=self.expected.bytes / self.period_s,
+            links_Bps=links,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "rates": self.rates().to_json()}
@@ -151,9 +198,25 @@ def expected_busy(m: ModelSpec, dev: DeviceSpec, prompt: float, generated: float
     return Expected(compute, memory, flops, nbytes)
 
 
+def tier_periods(prev: Sample, now: Sample) -> list[TierPeriod]:
+    """The connector's tiers between two reads, busiest first."""
+    dt = max(now.t - prev.t, 1e-9)
+    out = []
+    for tier in sorted(set(now.tier_tokens) | set(now.tier_seconds)):
+        tokens = max(now.tier_tokens.get(tier, 0.0) - prev.tier_tokens.get(tier, 0.0), 0.0)
+        seconds = max(now.tier_seconds.get(tier, 0.0) - prev.tier_seconds.get(tier, 0.0), 0.0)
+        bw = None
+        if now.block_bytes and now.block_tokens and seconds > 0:
+            bw = tokens / now.block_tokens * now.block_bytes / seconds
+        out.append(TierPeriod(tier, tokens / dt, seconds / dt, bw))
+    return sorted(out, key=lambda t: -t.busy)
+
+
 def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec | None = None) -> Verdict:
     """What bound the server between two reads."""
     dt = max(now.t - prev.t, 1e-9)
+    tiers = tier_periods(prev, now)
+    top = tiers[0] if tiers and tiers[0].busy > 0 else None
     pre = max(now.preemptions - prev.preemptions, 0.0)
     prompt = max(now.prompt_tokens - prev.prompt_tokens, 0.0)
     gen = max(now.generation_tokens - prev.generation_tokens, 0.0)
@@ -167,6 +230,12 @@ def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec
         binds, why = "queue", f"{now.waiting:g} waiting with the KV cache {now.kv_usage:.0%} full"
     elif prompt + gen == 0 and now.running == 0:
         binds, why = "idle", "no request ran"
+    elif top is not None and top.busy * dt >= (max(exp.compute_s, exp.memory_s) if exp else 0.5 * dt):
+        binds = "KV tier"
+        bw = f" at {top.read_Bps / 1e9:.3g} GB/s" if top.read_Bps else ""
+        why = f"reading prefix blocks from {top.tier}{bw} took {top.busy:.0%} of the period"
+        if exp is not None:
+            why += f", more than the model's {max(exp.compute_s, exp.memory_s):.3g} s of GPU work"
     elif exp is None:
         binds, why = "busy", f"{prompt + gen:g} tokens in the period"
     elif exp.compute_s >= exp.memory_s:
@@ -187,6 +256,7 @@ def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec
         why=why,
         expected=exp,
         relieve=RELIEF[binds],
+        tiers=tiers,
     )
 
 
@@ -201,4 +271,5 @@ def line(v: Verdict) -> str:
         busy = max(v.expected.compute_s, v.expected.memory_s)
         util = f"; the cost model expects {busy / v.period_s:.0%} of the period busy"
     relief = f" -> {v.relieve[0]}" if v.relieve else ""
-    return f"{head} | binds: {v.binds} ({v.why}{util}){relief}"
+    tiers = "".join(f" | {t.tier} {t.tokens_per_s:,.0f} tok/s loaded, {t.busy:.0%} busy" for t in v.tiers)
+    return f"{head}{tiers} | binds: {v.binds} ({v.why}{util}){relief}"

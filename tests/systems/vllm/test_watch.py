@@ -5,6 +5,8 @@ requests leave the cache nearly empty and spend the period on prompt FLOPs: comp
 requests of 700 prompt and 400 output tokens: two of them outgrow the 16 blocks together, the engine
 preempts, and KV capacity binds. Each phase is one period, read from the server's counters before and after
 it, so the verdict does not depend on how fast this machine runs them. The CLI then watches the idle server.
+The server runs aitrinity's KV connector (a memory tier): a repeated prompt is loaded from it, and the watch
+reports the tier's tokens and read time (``--kv-engine-id``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +42,15 @@ def live(tmp_path_factory: pytest.TempPathFactory):
     import yaml
 
     profile.write_text(yaml.safe_dump(calibrate(quick=True, name="this-machine").model_dump(mode="json")))
+    from aitrinity.systems.vllm import transfer_config
+
     model = tiny_model(tmp / "model")
+    engine = f"watch-{uuid.uuid4()}"
+    kv = transfer_config([{"kind": "memory", "capacity_bytes": 64 << 20}], engine_id=engine)
     args = ["--max-model-len", "1200", "--enforce-eager", "--no-enable-prefix-caching"]
-    args += ["--num-gpu-blocks-override", "16", "--max-num-seqs", "8"]
+    args += ["--num-gpu-blocks-override", "16", "--max-num-seqs", "8", "--kv-transfer-config", json.dumps(kv)]
     with Server(model, tmp / "server.log", args, env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as srv:
-        yield srv, model, profile
+        yield srv, model, profile, engine
 
 
 def test_the_binding_resource_follows_the_load(live) -> None:
@@ -51,7 +58,7 @@ def test_the_binding_resource_follows_the_load(live) -> None:
     from aitrinity.catalog.hf import from_hf_config
     from aitrinity.systems.vllm.watch import judge, parse_metrics
 
-    srv, model, profile = live
+    srv, model, profile, _ = live
     m = from_hf_config(json.loads((model / "config.json").read_text()), "tiny")
     dev = catalog.device(str(profile))
 
@@ -69,8 +76,34 @@ def test_the_binding_resource_follows_the_load(live) -> None:
     assert many.relieve and "KV" in many.relieve[0]
 
 
+def test_the_connectors_tier_is_watched(live) -> None:
+    """A prompt sent twice: the second time its four full blocks come from the connector's memory tier, and the
+    period between two reads says so (tokens loaded, the worker's read time, a bandwidth)."""
+    from aitrinity.systems.vllm.lookup import LookupClient, socket_path
+    from aitrinity.systems.vllm.watch import judge, parse_metrics, with_tiers
+
+    srv, _, _, engine = live
+    client = LookupClient(socket_path(engine))
+    hello = client.hello()
+    assert hello is not None and hello["block_tokens"] == 128
+
+    def read():
+        stats = client.stats()
+        assert stats is not None
+        return with_tiers(parse_metrics(srv.get("/metrics")[1].decode(), time.monotonic()), stats, hello)
+
+    prompt = [int(x) for x in np.random.default_rng(7).integers(3, 2048, 4 * 128 + 20)]
+    closed_loop(srv, [[prompt]], 2)
+    client.drain()  # its blocks are stored before the repeat looks them up
+    before = read()
+    closed_loop(srv, [[prompt]], 2)
+    v = judge(before, read())
+    [mem] = [t for t in v.tiers if t.tier == "memory"]
+    assert mem.tokens_per_s * v.period_s == 4 * 128 and mem.busy > 0 and mem.read_Bps and mem.read_Bps > 0
+
+
 def test_the_cli_reads_the_model_from_the_server_and_prints_a_json_period(live) -> None:
-    srv, _, profile = live
+    srv, _, profile, engine = live
     cmd = [sys.executable, "-m", "aitrinity.cli.main", "watch", srv.url, "--device", str(profile)]
     p = subprocess.run(
         [*cmd, "--period", "0.2", "--count", "2", "--json", "--quiet"],
@@ -81,6 +114,17 @@ def test_the_cli_reads_the_model_from_the_server_and_prints_a_json_period(live) 
     assert p.returncode == 0, p.stderr
     periods = [json.loads(x) for x in p.stdout.splitlines()]
     assert len(periods) == 2 and all(v["binds"] == "idle" and v["running"] == 0 for v in periods)
+    p = subprocess.run(
+        [*cmd, "--period", "0.2", "--count", "1", "--json", "--quiet", "--kv-engine-id", engine],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    [period] = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [t["tier"] for t in period["tiers"]] == ["memory"] and period["binds"] == "idle"
+    bad = subprocess.run([*cmd, "--count", "1", "--kv-engine-id", "no-such-engine"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--kv-engine-id" in bad.stderr
 
 
 def test_a_url_that_is_not_a_server_is_one_line(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aitrinity import catalog
-from aitrinity.systems.vllm.watch import RELIEF, judge, line, parse_metrics
+from aitrinity.systems.vllm.watch import RELIEF, judge, line, parse_metrics, with_tiers
 
 pytest.importorskip("prometheus_client", reason="the [vllm] extra brings prometheus_client")
 
@@ -77,3 +77,28 @@ def test_long_prompts_bind_compute_and_many_decodes_bind_memory_bandwidth():
     assert prefill.binds == "compute" and decode.binds == "memory bandwidth"
     assert prefill.expected is not None and prefill.expected.compute_s > prefill.expected.memory_s
     assert "binds: memory bandwidth" in line(decode) and "->" in line(decode)
+
+
+def test_a_slow_connector_tier_binds_and_reports_its_bandwidth():
+    """The connector's worker spent 0.6 s of a 1 s period reading 2,048 tokens' blocks from disk: more than the
+    model's GPU work for the period's 256 computed prompt tokens, so the disk tier binds; its read bandwidth is
+    the period's bytes over those seconds. Another period it read from memory in 1 ms: compute binds."""
+    m, dev = catalog.model("llama-3.1-8b"), catalog.device("h100-sxm")
+    hello = {"block_bytes": 128 * 131072, "block_tokens": 128}  # 128 tokens x 128 KiB (Llama-3.1-8B bf16 KV)
+
+    def sample(t, prompt, disk_tokens, disk_s, mem_tokens=0.0, mem_s=0.0):
+        stats = {"loaded_by_tier": {"disk": disk_tokens, "memory": mem_tokens}}
+        stats["load_s_by_tier"] = {"disk": disk_s, "memory": mem_s}
+        return with_tiers(parse_metrics(text(running=1, prompt=prompt, gen=1), t), stats, hello)
+
+    a, b = sample(0.0, 0, 0, 0.0), sample(1.0, 256, 2048, 0.6)
+    v = judge(a, b, m, dev)
+    assert v.binds == "KV tier" and "disk" in v.why and v.relieve == RELIEF["KV tier"]
+    disk = next(t for t in v.tiers if t.tier == "disk")
+    assert disk.tokens_per_s == 2048 and disk.busy == pytest.approx(0.6)
+    assert disk.read_Bps == pytest.approx(16 * 128 * 131072 / 0.6)
+    assert v.rates().links_Bps == {"disk": disk.read_Bps}
+    assert "disk 2,048 tok/s loaded, 60% busy" in line(v)
+    c = sample(2.0, 256 + 200_000, 2048, 0.6, mem_tokens=2048, mem_s=0.001)
+    assert judge(b, c, m, dev).binds == "compute"
+    assert judge(a, b).binds == "KV tier"  # without a model: the tier took over half the period
