@@ -6,7 +6,9 @@ priced by :func:`aitrinity.api.diagnose`, and compared in the publication's own 
 
 * Megatron-LM (Narayanan et al. 2021, SC'21, Table 1 and §5.1): TFLOP/s per GPU counted with their
   formula ``96·B·s·l·h²·(1 + s/6h + V/16lh)`` (eq. 3, which includes the recomputed forward);
-* Llama 3 (Dubey et al. 2024, Table 4): BF16 MFU, the model FLOPs with attention scores over peak.
+* Llama 3 (Dubey et al. 2024, Table 4): BF16 MFU, the model FLOPs with attention scores over peak;
+* DeepSeek-V3 (DeepSeek-AI 2024, Table 1 and §3.2): training tokens per second per GPU, from the reported
+  2,664K H800 GPU hours for 14.8T pre-training tokens (180K GPU hours per trillion tokens).
 
 Nothing here is fitted to these numbers: the kernel times come from the catalog (or the measured tables
 with an engine named) and the layout from the papers; what a paper does not state is an assumption
@@ -36,7 +38,7 @@ class PublishedRun:
     plan: dict[str, object]
     overlap: Literal["sum", "max"]
     """``sum``: gradients reduced after the backward pass; ``max``: overlapped with it."""
-    metric: Literal["megatron_tflops", "mfu"]
+    metric: Literal["megatron_tflops", "mfu", "tokens_per_gpu"]
     published: float
     assumed: tuple[str, ...] = field(default=())
 
@@ -95,6 +97,25 @@ RUNS: tuple[PublishedRun, ...] = (
         **_LLAMA3,
     ),
     PublishedRun(
+        "deepseek-v3 671b, 2,048 H800",
+        "DeepSeek-AI 2024, DeepSeek-V3 Technical Report, Table 1 (2,664K H800 GPU hours for 14.8T tokens: 1,543 "
+        "tokens/s per GPU) and section 3.2 (pp 16, ep 64 over 8 nodes, ZeRO-1 DP, no TP, 2,048 H800)",
+        "h800",
+        2048,
+        "deepseek-v3",
+        4096,
+        15360,  # the batch it keeps after its first 469B tokens (section 4.2)
+        {"pp": 16, "ep": 64, "zero": 1, "micro_batch": 1, "recompute": "selective", "compute_dtype": "fp8"},
+        "max",
+        "tokens_per_gpu",
+        14.8e12 / (2664e3 * 3600),
+        (
+            "1F1B for DualPipe (its bubble is smaller; its overlap of all-to-all with compute is the max overlap)",
+            "selective recomputation for its recomputed norms and MLA up-projections",
+            "fp8 GEMMs at the catalog's fp8 rate; the multi-token-prediction module not counted",
+        ),
+    ),
+    PublishedRun(
         "llama 3 405b, 16,384 H100, 131k context",
         "Dubey et al. 2024, Table 4, third row (38% BF16 MFU; tp 8, cp 16, pp 16, dp 8, 131,072-token sequences)",
         gpus=16384,
@@ -141,6 +162,13 @@ def scenario(run: PublishedRun, engine: str = "generic") -> dict[str, object]:
     }
 
 
+METRICS = {
+    "megatron_tflops": "TFLOP/s per GPU (Megatron's count)",
+    "mfu": "BF16 MFU",
+    "tokens_per_gpu": "tokens/s per GPU",
+}
+
+
 def check(run: PublishedRun, engine: str = "generic") -> TrainingCheck:
     from aitrinity import api, catalog
     from aitrinity.cost.diagnosis import Diagnosis
@@ -155,13 +183,15 @@ def check(run: PublishedRun, engine: str = "generic") -> TrainingCheck:
         b, s, lay, h, v = run.global_batch, run.seq_len, m.num_layers, m.hidden_size, m.vocab_size
         flops = 96.0 * b * s * lay * h * h * (1 + s / (6 * h) + v / (16 * lay * h))
         predicted = flops / (t.step_time_s * run.gpus) / 1e12
+    elif run.metric == "tokens_per_gpu":
+        predicted = t.tokens_per_s / run.gpus
     else:
         predicted = t.mfu
     err = (predicted - run.published) / run.published
     return TrainingCheck(
         run=run.name,
         source=run.source,
-        metric="TFLOP/s per GPU (Megatron's count)" if run.metric == "megatron_tflops" else "BF16 MFU",
+        metric=METRICS[run.metric],
         published=run.published,
         predicted=predicted,
         error=err,
