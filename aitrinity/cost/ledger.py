@@ -17,7 +17,7 @@ Channel = Literal["intra_node", "inter_node", "host", "host_dram", "storage", "r
 class Result(BaseModel):
     """Base of result types: immutable, JSON-serialisable."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
 
 class Traffic(Result):

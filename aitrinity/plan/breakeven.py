@@ -36,6 +36,9 @@ from aitrinity.units import format_bandwidth, format_bytes
 
 TOLERANCE = 1e-6
 SCAN = [10.0 ** (k / 4.0) for k in range(-16, 17)]  # bandwidth scales 1e-4 .. 1e4
+BISECTIONS = 20
+"""Halvings of the bracket (a quarter decade) around a flip: the threshold to 1 part in 2e6, far below the three
+significant figures it is printed with (each halving prices the scenario twice)."""
 
 
 def _scaled(system: System, channel: str, k: float) -> System:
@@ -236,7 +239,7 @@ def _boundary(pays: Callable[[float], bool], below: bool) -> float | None:
     for i in range(len(SCAN) - 1):
         if verdicts[i] != verdicts[i + 1] and verdicts[i] == below:
             lo, hi = math.log(SCAN[i]), math.log(SCAN[i + 1])
-            for _ in range(40):
+            for _ in range(BISECTIONS):
                 mid = (lo + hi) / 2
                 if pays(math.exp(mid)) == below:
                     lo = mid

@@ -19,7 +19,7 @@ from aitrinity.errors import SpecError, UnitError
 class Spec(BaseModel):
     """Base of all input types: immutable, no unknown keys."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False, defer_build=True)
     """``allow_inf_nan=False``: NaN and infinity are refused in every field of every input, with the field named."""
 
 
