@@ -20,7 +20,7 @@ devices x time (TDP unless the scenario gives a power: an upper bound).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -222,44 +222,96 @@ LINK_IDS: dict[str, ResourceId] = {
 }
 
 
-def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[ResourceTime]:
-    dev, eff = system.device, system.eff
-    peak = dev.peak_flops_for(compute_dtype)
-    rate = peak * eff.compute_at(ph.gemm_rows)
-    hw = ph.flops.hardware
-    out = [
-        ResourceTime(
-            id="compute",
-            resource="compute",
-            kind="compute",
-            time_s=hw / rate,
-            detail=f"{format_flops(hw)} at {format_flop_rate(rate)} ({compute_dtype})",
-        )
-    ]
-    bw = dev.memory_bandwidth_Bps * eff.memory
-    out.append(
-        ResourceTime(
-            id="memory_bandwidth",
-            resource=f"{dev.memory_kind} bandwidth",
-            kind="memory_bandwidth",
-            time_s=ph.hbm_bytes / bw,
-            detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(bw)}",
-        )
+def link_time(system: System, channel: str, nbytes: ArrayLike, messages: ArrayLike) -> NDArray[np.float64]:
+    """α-β: ``messages`` latencies and ``nbytes`` at the channel's achievable bandwidth (arrays broadcast)."""
+    ch = system.channel(channel)
+    out: NDArray[np.float64] = (
+        np.asarray(messages, dtype=np.float64) * ch.latency_s + np.asarray(nbytes, dtype=np.float64) / ch.bandwidth_Bps
     )
+    return out
+
+
+@dataclass(frozen=True)
+class RooflineTimes:
+    """A phase's busy time per resource on the roofline -- for one plan (0-d arrays) or the planner's rows."""
+
+    rate: NDArray[np.float64]
+    """Achieved FLOP/s at the phase's GEMM rows."""
+    compute_s: NDArray[np.float64]
+    memory_Bps: float
+    """Achievable device-memory bandwidth."""
+    memory_s: NDArray[np.float64]
+    links_s: dict[str, NDArray[np.float64]]
+    """By channel, for the channels given bytes."""
+
+
+def roofline_times(
+    system: System,
+    compute_dtype: str,
+    hardware_flops: ArrayLike,
+    gemm_rows: ArrayLike,
+    hbm_bytes: ArrayLike,
+    channel_bytes: Mapping[str, ArrayLike],
+    channel_messages: Mapping[str, ArrayLike],
+) -> RooflineTimes:
+    """Compute at the device's peak times the efficiency curve at ``gemm_rows``, device memory at its achievable
+    bandwidth, each channel by :func:`link_time`: what ``diagnose`` lists per resource and the planner prices on
+    its rows (the one place these formulas are written)."""
+    dev, eff = system.device, system.eff
+    rate = np.asarray(dev.peak_flops_for(compute_dtype) * eff.compute_at(gemm_rows), dtype=np.float64)
+    bw = dev.memory_bandwidth_Bps * eff.memory
+    links = {ch: link_time(system, ch, nbytes, channel_messages[ch]) for ch, nbytes in channel_bytes.items()}
+    return RooflineTimes(
+        rate,
+        np.asarray(hardware_flops, dtype=np.float64) / rate,
+        bw,
+        np.asarray(hbm_bytes, dtype=np.float64) / bw,
+        links,
+    )
+
+
+def resource_times(ph: PhaseLedger, system: System, compute_dtype: str) -> list[ResourceTime]:
+    """:func:`roofline_times` of one phase's ledger, each resource with what it moved or computed."""
     per_channel: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for t in ph.traffic:
         acc = per_channel[t.channel]
         acc[0] += t.bytes_per_device
         acc[1] += t.messages
+    hw = ph.flops.hardware
+    r = roofline_times(
+        system,
+        compute_dtype,
+        hw,
+        ph.gemm_rows,
+        ph.hbm_bytes,
+        {c: v[0] for c, v in per_channel.items()},
+        {c: v[1] for c, v in per_channel.items()},
+    )
+    rate = float(r.rate)
+    out = [
+        ResourceTime(
+            id="compute",
+            resource="compute",
+            kind="compute",
+            time_s=float(r.compute_s),
+            detail=f"{format_flops(hw)} at {format_flop_rate(rate)} ({compute_dtype})",
+        ),
+        ResourceTime(
+            id="memory_bandwidth",
+            resource=f"{system.device.memory_kind} bandwidth",
+            kind="memory_bandwidth",
+            time_s=float(r.memory_s),
+            detail=f"{format_bytes(ph.hbm_bytes)} at {format_bandwidth(r.memory_Bps)}",
+        ),
+    ]
     for channel, (nbytes, msgs) in per_channel.items():
         ch = system.channel(channel)
-        where = CHANNEL_LABELS[channel]
         out.append(
             ResourceTime(
                 id=LINK_IDS[channel],
-                resource=f"{where} ({ch.label})",
+                resource=f"{CHANNEL_LABELS[channel]} ({ch.label})",
                 kind="link",
-                time_s=msgs * ch.latency_s + nbytes / ch.bandwidth_Bps,
+                time_s=float(r.links_s[channel]),
                 detail=f"{format_bytes(nbytes)} at {format_bandwidth(ch.bandwidth_Bps)}"
                 f" + {msgs:.0f} x {ch.latency_s * 1e6:.3g} µs",
                 channel=channel,

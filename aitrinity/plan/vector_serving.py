@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.concurrency import steady_state
-from aitrinity.cost.estimate import GPU_CHANNELS
+from aitrinity.cost.estimate import GPU_CHANNELS, roofline_times
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, Kernels, MixedKernels, roofline
 from aitrinity.cost.operators import Layout
@@ -210,19 +210,15 @@ def price_rows_deferred(
     f = rows.kv_offload
 
     def resources(ph: PhaseColumns) -> Phase:
-        """:func:`aitrinity.cost.estimate.resource_times`, row-wise."""
-        eff = system.eff
-        compute = (ph.forward + ph.exchange) / (
-            system.device.peak_flops_for(base.compute_dtype) * eff.compute_at(ph.gemm_rows)
-        )
+        """:func:`aitrinity.cost.estimate.roofline_times` of the rows' phase, and the bytes they move on links."""
         c_bytes, c_msgs = coll.channel_totals(ph.streams, system, n)
+        r = roofline_times(
+            system, base.compute_dtype, ph.forward + ph.exchange, ph.gemm_rows, ph.hbm_bytes, c_bytes, c_msgs
+        )
         moved = np.zeros(n)
-        links: dict[str, F] = {}
         for ch in c_bytes:
-            spec = system.channel(ch)
-            links[ch] = c_msgs[ch] * spec.latency_s + c_bytes[ch] / spec.bandwidth_Bps
             moved = moved + c_bytes[ch]
-        return Phase(compute, ph.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory), links, moved)
+        return Phase(r.compute_s, r.memory_s, r.links_s, moved)
 
     # the prefill of the batch (a static batch's TTFT) or of one request (the floor of a TTFT at fixed concurrency)
     pre_cols = arrays.prefill(B if job.mode == "static" else np.ones(n), P)

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, grad_sync
-from aitrinity.cost.estimate import gpu_training_step
+from aitrinity.cost.estimate import gpu_training_step, link_time, roofline_times
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.train_operators import (
@@ -166,26 +166,27 @@ def price_rows(
     for x in c.streams:
         link = x.channel(system)
         if x.purpose == PP_TRAFFIC and link is not None:
-            spec = system.channel(link)
             nbytes, msgs = x.sent()
-            send = np.broadcast_to(msgs * spec.latency_s + nbytes / spec.bandwidth_Bps, (n,))
+            send = np.broadcast_to(link_time(system, link, nbytes, msgs), (n,))
     hardware = 3.0 * c.forward + c.recompute + c.exchange
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
     s, b = job.seq_len, rows.micro_batch.astype(np.float64)
 
-    # --- pricing (estimate.resource_times + combine, vectorized)
-    eff = system.eff
-    rows_per_gemm = b * s / base.cp
-    curve = eff.compute_at(rows_per_gemm)
-    rate = system.device.peak_flops_for(base.compute_dtype) * curve
-    times = [hardware / rate, c.hbm_bytes / (system.device.memory_bandwidth_Bps * eff.memory)]
+    # --- pricing (the roofline of estimate.resource_times, and combine)
     zeros = np.zeros(n)
-    for ch in _CHANNELS:
-        if ch == "host_dram" and system.host_memory is None:
-            times.append(zeros)  # only offloading rows use it, and they are infeasible without host memory
-            continue
-        spec = system.channel(ch)
-        times.append(ch_msgs.get(ch, zeros) * spec.latency_s + ch_bytes.get(ch, zeros) / spec.bandwidth_Bps)
+    # every channel, host DRAM only with host memory (only offloading rows use it, infeasible without it)
+    priced = [ch for ch in _CHANNELS if ch != "host_dram" or system.host_memory is not None]
+    r = roofline_times(
+        system,
+        base.compute_dtype,
+        hardware,
+        b * s / base.cp,
+        c.hbm_bytes,
+        {ch: ch_bytes.get(ch, zeros) for ch in priced},
+        {ch: ch_msgs.get(ch, zeros) for ch in priced},
+    )
+    rate = r.rate
+    times = [r.compute_s, r.memory_s, *(r.links_s.get(ch, zeros) for ch in _CHANNELS)]
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
     if kernels is None:
@@ -204,10 +205,9 @@ def price_rows(
         streams = []
         for i, ch in enumerate(_CHANNELS):
             if ch in ("intra_node", "inter_node"):
-                spec = system.channel(ch)
                 rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
                 rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
-                streams.append(rest_m * spec.latency_s + rest_b / spec.bandwidth_Bps)
+                streams.append(link_time(system, ch, rest_b, rest_m))
             else:
                 streams.append(times[2 + i])
         gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system)
