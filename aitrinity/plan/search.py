@@ -178,9 +178,9 @@ without CP. A pruning rule of the search, not a fit; a scenario's own ``plan.cp`
 
 
 def context_degrees(m: ModelSpec, job: TrainingJob, base: Plan, ranks: int, tp: int) -> list[int]:
-    """The context-parallel degrees the search tries on ``ranks`` devices per pipeline stage's TP group: 1, each
-    power of two that divides ``ranks``, splits the sequence in ``2·cp`` equal chunks and leaves a rank
-    :data:`CP_MIN_TOKENS` of it (with Ulysses, also divides the heads per TP rank), and the scenario's own."""
+    """The context-parallel degrees the search tries where ``ranks`` = devices / (tp x pp) are left for CP and DP
+    to share: 1, each power of two that divides ``ranks``, splits the sequence in ``2·cp`` equal chunks and leaves a
+    rank :data:`CP_MIN_TOKENS` of it (with Ulysses, also divides the heads per TP rank), and the scenario's own."""
 
     def ok(cp: int) -> bool:
         heads = m.num_attention_heads // tp
