@@ -161,9 +161,11 @@ def test_seeded_sampling_equal_with_a_loaded_prefix(runs: dict[str, Any]) -> Non
 def test_a_batch_loads_its_shared_prefix_and_the_counts_agree(runs: dict[str, Any]) -> None:
     a = runs["a"]["phases"]
     block = runs["a"]["block_size"]
-    # the first prompt computes the shared prefix; a prompt scheduled after its blocks were saved loads them
-    assert a["batch-cold"]["cached"][0] == 0
-    assert set(a["batch-cold"]["cached"]) <= {0, 6 * block}
+    # the first prompt computes the shared prefix; a prompt scheduled later loads the whole blocks the
+    # background writer has saved by then -- any leading run of the 6 shared blocks, none past them
+    cold = a["batch-cold"]["cached"]
+    assert cold[0] == 0
+    assert all(c % block == 0 and 0 <= c <= 6 * block for c in cold), cold
     assert a["batch-warm"]["cached"] == [6 * block] * 4  # the 6 shared blocks (each prompt's own tail is < 1 block)
     for prev, now in (("p5", "batch-cold"), ("batch-cold", "batch-warm")):
         loaded = a[now]["stats"]["loaded_tokens"] - a[prev]["stats"]["loaded_tokens"]
