@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
-import numpy as np
 import xxhash
 
 MAGIC = b"ATKV"
@@ -51,17 +51,24 @@ def checksum(key: bytes, tag: bytes | bytearray | memoryview, payload: bytes | b
     return h.intdigest()
 
 
+@lru_cache(maxsize=256)
+def _tag(tag: str) -> bytes:
+    """A tag's bytes, checked once per distinct tag (a store writes the same few layouts over and over)."""
+    t = tag.encode("utf-8")
+    if len(t) > MAX_TAG:
+        raise ValueError(f"tag longer than {MAX_TAG} bytes")
+    return t
+
+
 def frame_bytes(payload_bytes: int, tag: str = "") -> int:
-    return HEADER_BYTES + len(tag.encode("utf-8")) + payload_bytes
+    return HEADER_BYTES + len(_tag(tag)) + payload_bytes
 
 
 def encode_into(
     buf: bytearray, key: bytes, payload: bytes | bytearray | memoryview, tag: str = "", seal: bool = True
 ) -> None:
-    """Write a frame into ``buf`` (exactly ``frame_bytes`` long): one copy of the payload."""
-    t = tag.encode("utf-8")
-    if len(t) > MAX_TAG:
-        raise ValueError(f"tag longer than {MAX_TAG} bytes")
+    """Write a frame into ``buf`` (exactly ``frame_bytes`` long): the header in place and one copy of the payload."""
+    t = _tag(tag)
     if len(key) != 16:
         raise ValueError("keys are 16 bytes")
     mv = memoryview(payload).cast("B")
@@ -70,9 +77,11 @@ def encode_into(
         raise ValueError("buffer size != frame size")
     csum = checksum(key, t, mv) if seal else 0
     HEADER.pack_into(buf, 0, MAGIC, VERSION, SEALED if seal else 0, len(t), key, mv.nbytes, csum)
-    buf[HEADER_BYTES:start] = t
-    # numpy's copy is a plain memcpy; bytearray slice assignment stages large sources through a temporary
-    np.copyto(np.frombuffer(buf, dtype=np.uint8)[start:], np.frombuffer(mv, dtype=np.uint8))
+    out = memoryview(buf)
+    out[HEADER_BYTES:start] = t
+    # a memoryview slice assignment is one memcpy, no temporary (a bytearray's slice assignment stages large
+    # sources through one) and less call overhead than numpy's copyto: 1.4 against 1.7 us at 64 KiB here
+    out[start:] = mv
 
 
 def seal(buf: bytearray | memoryview) -> None:

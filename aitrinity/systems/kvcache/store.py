@@ -93,6 +93,8 @@ class KVStore:
             raise ValueError("write must be 'back' or 'through'")
         self.tiers = list(tiers)
         self.write = write
+        # a put checksums its frame once, as it is built, when a tier it writes to keeps frames outside the process
+        self._seal = any(t.tier.sealed for t in (self.tiers if write == "through" else self.tiers[:1]))
         self.index = [BlockIndex(t.capacity_bytes, t.policy) for t in tiers]
         self.stats = Stats()
         self._lock = threading.RLock()
@@ -107,8 +109,9 @@ class KVStore:
     # ------------------------------------------------------------------ bookkeeping
 
     def _forget(self, key: bytes, why: str) -> None:
-        if any(key in ix for ix in self.index):
-            return
+        for ix in self.index:
+            if ix.contains(key):
+                return
         c = self._content.pop(key, None)
         if c is not None:
             s = self._by_content.get(c)
@@ -165,16 +168,15 @@ class KVStore:
         """Store one block; False if no tier took it (all full of pinned blocks, or unavailable)."""
         mv = memoryview(payload).cast("B")
         data = self.tiers[0].tier.buffer(frame.frame_bytes(mv.nbytes, tag))
-        seal = any(t.tier.sealed for t in (self.tiers if self.write == "through" else self.tiers[:1]))
-        frame.encode_into(data, key, mv, tag, seal)
+        frame.encode_into(data, key, mv, tag, self._seal)
         stored = False
         with self._lock:
             if content is not None:
                 self._content[key] = content
                 self._by_content.setdefault(content, set()).add(key)
-            for i in range(len(self.tiers)):
-                if key in self.index[i]:
-                    self.index[i].touch(key)
+            for i, ix in enumerate(self.index):
+                if ix.contains(key):
+                    ix.touch(key)
                     stored = True
                 else:
                     t = self.tiers[i].tier
@@ -307,14 +309,18 @@ class KVStore:
                     return reason
                 ix = self.index[lv]
                 ix.touch(key)
-                ix.acquire(key)
-            tier = self.tiers[lv].tier
-            try:
-                got = tier.get(key)
-            finally:
-                with self._lock:
-                    if key in ix:
-                        ix.release(key)
+                tier = self.tiers[lv].tier
+                if not tier.sealed:  # process memory: a dict lookup, read under the lock (no reader to register)
+                    got = tier.get(key)
+                else:
+                    ix.acquire(key)
+            if tier.sealed:  # a file or a socket: read outside the lock, the block held against eviction
+                try:
+                    got = tier.get(key)
+                finally:
+                    with self._lock:
+                        if key in ix:
+                            ix.release(key)
             if isinstance(got, Miss) and got.reason.startswith("tier unavailable"):
                 return f"{got.reason} ({tier.name})"  # still indexed: it may come back
             if isinstance(got, Miss):

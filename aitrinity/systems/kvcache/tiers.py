@@ -213,12 +213,24 @@ class DiskTier(_Scratch):
         return iter([(k, s) for _, k, s in found])
 
 
+def _resp(*args: bytes) -> bytes:
+    """One Redis command in RESP (an array of bulk strings)."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
 class RedisTier(_Scratch):
     """Frames as Redis string values under ``aitrinity:kv:<namespace>:<key hex>``.
 
     Connection errors and timeouts mark the tier down for ``retry_s``; while it
     is down every read is a miss ('tier unavailable') and writes are dropped. A
     key Redis evicted (``maxmemory``) reads as absent. Checksums are verified.
+
+    One round trip per block: the DEL of a block the store evicted is not sent on
+    its own but ahead of the next SET, in the same write (a tier at capacity
+    evicts one block per put, which would otherwise double the round trips). The
+    store no longer indexes such a block, so nothing reads it in between; another
+    store on the same server may, and finds valid data. ``scan`` sends what is
+    pending first; a corrupt block is deleted at once.
     """
 
     sealed = True
@@ -246,6 +258,7 @@ class RedisTier(_Scratch):
         )
         self._down_until = 0.0
         self.last_error = ""
+        self._doomed: list[bytes] = []  # names to DEL with the next SET
 
     def _name(self, key: bytes) -> bytes:
         return self.prefix + key.hex().encode()
@@ -272,15 +285,21 @@ class RedisTier(_Scratch):
 
     def _set(self, name: bytes, value: memoryview) -> None:
         """SET as one RESP command sent in three writes: the value goes to the socket as is, never copied
-        (redis-py's packer, with hiredis, copies a large value more slowly than the link carries it)."""
-        head = b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, value.nbytes)
+        (redis-py's packer, with hiredis, copies a large value more slowly than the link carries it). The
+        pending DELs go first in the same write; both replies come back on one round trip."""
+        doomed, self._doomed = self._doomed, []
+        parts: list[bytes | memoryview] = [_resp(b"DEL", *doomed)] if doomed else []
+        parts += [b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, value.nbytes), value, b"\r\n"]
         pool = self._r.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_packed_command([head, value, b"\r\n"], check_health=False)
+            conn.send_packed_command(parts, check_health=False)
+            if doomed:
+                conn.read_response()
             reply = conn.read_response()
         except BaseException:
             conn.disconnect()
+            self._doomed[:0] = doomed  # not known to be gone: sent again with the next write
             raise
         finally:
             pool.release(conn)
@@ -300,20 +319,26 @@ class RedisTier(_Scratch):
         try:
             frame.decode(d, key)
         except frame.FrameError as e:
-            self.delete(key)
+            self._delete_now(self._name(key))
             return Miss(f"checksum failure: {e}")
         return memoryview(d)
 
     def delete(self, key: bytes) -> None:
-        if not self.available:
+        """Forget ``key``: its DEL rides with the next SET (class doc)."""
+        self._doomed.append(self._name(key))
+
+    def _delete_now(self, *names: bytes) -> None:
+        if not self.available or not names:
             return
         try:
-            self._r.delete(self._name(key))
+            self._r.delete(*names)
         except self._errors as e:
             self._down(e)
 
     def scan(self) -> Iterator[tuple[bytes, int]]:
         """Blocks already on the server under this namespace (a restart finds them again)."""
+        doomed, self._doomed = self._doomed, []
+        self._delete_now(*doomed)
         if not self.available:
             return iter([])
         out = []

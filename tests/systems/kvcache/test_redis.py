@@ -2,7 +2,7 @@
 
 import pytest
 
-from aitrinity.systems.kvcache import Keyer, KVStore, MemoryTier, RedisTier, TierConfig
+from aitrinity.systems.kvcache import BlockKeys, Keyer, KVStore, MemoryTier, RedisTier, TierConfig
 
 from .conftest import start_redis
 
@@ -79,3 +79,30 @@ def test_dead_server_is_a_miss_not_an_exception(redis_server):
     assert not tier.available
     look = s.lookup(k.keys(toks))  # still indexed, but a lookup claims nothing a read would fail on
     assert look.blocks == 0 and look.per_tier["redis"] == 0 and "tier unavailable" in (look.miss or "")
+
+
+def test_an_evicted_blocks_del_rides_with_the_next_set(redis_server):
+    """One round trip per put at capacity: the evicted block's DEL goes out ahead of the next SET, in the same
+    write -- so the server holds it until then, and a block evicted and put again is deleted, then set."""
+    import redis
+
+    r = redis.Redis.from_url(redis_server.url)
+    k = Keyer.of("ride", block_tokens=4)
+    tier = RedisTier(redis_server.url, k.namespace)
+    s = KVStore([TierConfig(tier, 2 * (4096 + 40))])  # two frames of 4096 bytes
+    b = k.keys(list(range(16))).keys
+
+    def on_server() -> set[bytes]:
+        return {bytes.fromhex(n.decode().rsplit(":", 1)[1]) for n in r.keys(f"aitrinity:kv:{k.namespace}:*")}
+
+    for x in b[:3]:
+        assert s.put(x, payload(x))
+    assert on_server() == {b[0], b[1], b[2]}  # b0 is evicted; its DEL waits for the next SET
+    assert s.put(b[3], payload(b[3]))
+    assert on_server() == {b[1], b[2], b[3]}  # b0's DEL went with b3's SET; b1's waits
+    assert s.put(b[1], payload(b[1]))  # b1 again: its pending DEL is sent before its SET
+    assert on_server() == {b[1], b[2], b[3]}
+    got = s.fetch(BlockKeys([b[3], b[1]], [b[3], b[1]], 4))
+    assert [bytes(p) for p in got.payloads] == [payload(b[3]), payload(b[1])]
+    list(tier.scan())  # sends what is pending
+    assert on_server() == {b[1], b[3]}
