@@ -27,7 +27,7 @@ Predictions: ``cost.concurrency.steady_state`` (what ``trinity diagnose`` and th
 and ``sim.serving.simulate_closed_loop`` (the same operator model, iteration by iteration, with the
 server's token budget), both on the calibrated profile's roofline kernels. Nothing is fitted on the grid.
 
-    python benchmarks/bench_vllm.py                 # calibrate, probe, grid; about 15 minutes
+    python benchmarks/bench_vllm.py                 # calibrate, probe, grid; 5-8 minutes
     python benchmarks/bench_vllm.py --quick         # a 2 x 2 x 1 grid, quick calibration
     python benchmarks/bench_vllm.py --profile me.yaml --json
 """
@@ -35,13 +35,16 @@ server's token budget), both on the calibrated profile's roofline kernels. Nothi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,25 @@ def serve(model: Path, log: Path, max_seqs: int) -> Server:
     args += ["--max-num-batched-tokens", str(TOKEN_BUDGET), "--max-num-seqs", str(max_seqs)]
     args += ["--disable-log-stats"]
     return Server(model, log, args, env={"VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB)})
+
+
+@contextlib.contextmanager
+def off_the_worker(srv: Server) -> Iterator[list[int]]:
+    """Run this process's client threads on the cores vLLM reserves for its other processes, never on the core its
+    model worker's OpenMP thread is bound to (the worker logs ``core ids=[...]``): a client left to float takes
+    turns on the worker's core while it streams and parses ``c`` responses, and the engine then runs slower than
+    the machine that was calibrated. Yields the client's cores (all of them when the log names none)."""
+    found = re.search(r"local_rank=0, core ids=\[([\d, ]+)\]", srv.log.read_text())
+    allowed = os.sched_getaffinity(0)
+    free = allowed - ({int(x) for x in found.group(1).split(",")} if found else set())
+    if not free:
+        yield sorted(allowed)
+        return
+    os.sched_setaffinity(0, free)
+    try:
+        yield sorted(free)
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def run_point(srv: Server, c: int, isl: int, osl: int, rounds: int, seed: int) -> list[Completion]:
@@ -119,7 +141,7 @@ def probe_host_times(work: Path, k: Kernels, c_max: int, requests: int = 6) -> H
     m = from_hf_config(json.loads((path / "config.json").read_text()), "probe")
     lay = Layout(engine="vllm")
     isl, osl = 32, 128
-    with serve(path, work / "probe.log", max(c_max, 1)) as srv:
+    with serve(path, work / "probe.log", max(c_max, 1)) as srv, off_the_worker(srv):
         run_point(srv, 1, isl, 8, 1, seed=99)  # warm-up
         one = run_point(srv, 1, isl, osl, requests, seed=100)
         many = run_point(srv, c_max, isl, osl, max(requests // c_max, 1), seed=101) if c_max > 1 else one
@@ -233,8 +255,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     rows: list[dict[str, Any]] = []
     grid = [(c, i, o) for i in isls for o in osls for c in cs]
-    with serve(path, work / "server.log", max(cs)) as srv:
-        say(f"server ready in {srv.start_s:.0f} s; {len(grid)} points")
+    with serve(path, work / "server.log", max(cs)) as srv, off_the_worker(srv) as client_cores:
+        say(f"server ready in {srv.start_s:.0f} s; {len(grid)} points; the clients on cores {client_cores}")
         run_point(srv, 1, min(isls), 8, 1, seed=1)  # warm-up
         for n, (c, isl, osl) in enumerate(grid, 1):
             t0 = time.perf_counter()
@@ -257,6 +279,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model_config": json.loads((path / "config.json").read_text()),
         "device": dev.model_dump(mode="json"),
         "threads": threads,
+        "client_cores": client_cores,
         "host": dataclasses.asdict(host),
         "grid": {"c": cs, "isl": isls, "osl": osls, "rounds": args.rounds, "token_budget": TOKEN_BUDGET},
         "rows": rows,

@@ -67,19 +67,50 @@ def test_host_time_per_sequence_grows_with_the_batch(setup):
 
 
 def test_lockstep_waves_wait_for_their_steps(setup):
-    """Lock-step clients: a wave that fits one step's budget is one step everyone waits for, and no prompt shares
-    a decode step; a wave of two steps waits 1.5 steps on average, and its decodes carry half a wave step."""
+    """Lock-step clients: the first prompt of a round finds the engine idle and runs alone; the others wait for it
+    and then for their wave steps, and the first request's decodes carry those steps."""
     from aitrinity.cost.operators import StepShape, step_times
 
     m, k, lay = setup
     prof = EngineProfile(1e-3, 0.9, 3.0, 0.5, request_overhead_s=0.01, lockstep=True, token_budget=2048.0)
-    one = steady_state(m, k, lay, 4, 512, 64, prof)  # 4 x 512 = one step of 2,048 tokens
-    step = step_times(m, k, lay, StepShape(0.0, 512.0, 4.0, 512.0), 1e-3).total
-    assert float(one.ttft_s) == pytest.approx(0.01 + float(step))
-    assert float(one.tpot_s) == pytest.approx(float(one.decode_step.total))
-    two = steady_state(m, k, lay, 8, 512, 64, prof)  # two steps of 4 prompts, 2 decodes riding along on average
-    wave = step_times(m, k, lay, StepShape(2.0, 512.0, 4.0, 512.0), 1e-3).total
-    assert float(two.ttft_s) == pytest.approx(0.01 + 1.5 * float(wave))
-    assert float(two.tpot_s) == pytest.approx(float(two.decode_step.total) + 0.5 * float(wave) / 63)
+
+    def step(decode: float, prompts: float) -> float:
+        return float(step_times(m, k, lay, StepShape(decode, 512.0, prompts, 512.0), 1e-3).total)
+
+    first = step(0.0, 1.0)
+    one = steady_state(m, k, lay, 4, 512, 64, prof)  # 1 alone, then 3 x 512 in one step of the 2,048-token budget
+    dec = float(one.decode_step.total)
+    assert float(one.ttft_s) == pytest.approx(0.01 + first + 3 / 4 * step(1.0, 3.0))
+    assert float(one.tpot_s) == pytest.approx(dec + 1 / 4 * (step(1.0, 3.0) - dec) / 63)  # only the first carries it
+    two = steady_state(m, k, lay, 8, 512, 64, prof)  # 1 alone, then 7 in two steps: 3.5 prompts, 2.75 decodes each
+    dec, wave = float(two.decode_step.total), step(2.75, 3.5)
+    assert float(two.ttft_s) == pytest.approx(0.01 + first + 7 / 8 * 1.5 * wave)
+    assert float(two.tpot_s) == pytest.approx(dec + (2 + 7 * 0.5) / 8 * (wave - dec) / 63)
+    lone = steady_state(m, k, lay, 1, 512, 64, prof)
+    assert float(lone.ttft_s) == pytest.approx(0.01 + first) and float(lone.tpot_s) == float(lone.decode_step.total)
     drift = steady_state(m, k, lay, 8, 512, 64, EngineProfile(1e-3, 0.9, 3.0, 0.5, request_overhead_s=0.01))
     assert float(drift.ttft_s) != pytest.approx(float(two.ttft_s))  # the fitted weights are not read
+
+
+@pytest.mark.parametrize(("c", "isl", "osl"), [(4, 512, 32), (8, 128, 32), (16, 128, 64), (4, 640, 64)])
+def test_lockstep_closed_form_is_what_the_simulator_replays(setup, c, isl, osl):
+    """The lock-step formulas are the simulator's closed loop with no output spread, in closed form: same
+    steps, same waves, round after round (the simulator draws each request's overhead at random, so not to the last
+    digit). Their premises hold here as on vLLM's CPU engine: the requests' host time (0.2 ms) is shorter than a
+    prefill, so the prompts after the first reach the engine during its lone step, and the rest of the round fits
+    one step's budget (the module doc says what happens when it does not)."""
+    from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, simulate_closed_loop
+
+    m, k, lay = setup
+    prof = EngineProfile(1e-3, 0.0, 1.0, 0.0, request_overhead_s=2e-4, lockstep=True, token_budget=2048.0)
+    ss = steady_state(m, k, lay, c, isl, osl, prof)
+    cfg = for_device(
+        catalog.device("h100-sxm"),
+        1,
+        token_budget=2048,
+        max_batch=c,
+        step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+    )
+    sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 3 * c, prof.request_overhead_s))
+    assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.05)
+    assert sim.tpot_s.mean == pytest.approx(float(ss.tpot_s), rel=0.02)
