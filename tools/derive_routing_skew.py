@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--min-tokens", type=int, default=1024)
     args = ap.parse_args()
     version = args.version or kt.versions(args.gpu, "moe", args.engine)[-1]
-    path = kt.data_root() / args.gpu / "moe" / args.engine / version / "moe_perf.parquet"
+    path = kt.table_path(kt.data_root() / args.gpu, "moe", args.engine, version, "moe_perf")
     cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
     rows = kt._read(path, [*cols, "distribution", "latency"])
     shape = np.stack([rows[c].astype(str) for c in cols], axis=1)

@@ -6,7 +6,10 @@ Layout of that package: ``aiconfigurator_core/systems/data/<gpu>/<op>/<engine>/<
 collective sizes are in elements of the table's dtype (bf16 / half: 2 bytes each; read so, NCCL's
 all-reduce on 8 x H100 reaches a bus bandwidth of ~445 GB/s at 512 MiB, and 222 GB/s were they bytes). The
 all-to-all (MoE token dispatch and combine) comes from NCCL's table, the newest NCCL version measured, as
-nccl-tests counts it: each GPU's send buffer, a ``1/n`` share to each of the ``n`` GPUs.
+nccl-tests counts it: each GPU's send buffer, a ``1/n`` share to each of the ``n`` GPUs. A version that did not
+measure a table again says so in its folder's ``reuse.yaml`` (``reuse: [{table, from_version}]``: TensorRT-LLM
+1.3.0rc23's GEMM and MoE tables on B200, B300, GB200 and GB300 are 1.3.0rc20's); such a table is read from the
+version it names.
 
 Installed with ``pip install 'aitrinity[silicon]'`` (which brings pyarrow). Only the per-operator tables
 are read. The same package ships ``systems/silicon_sample.csv`` (end-to-end runs kept apart as an
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from aitrinity.errors import SpecError
 
@@ -135,6 +139,31 @@ def choose(device: str, engine: str, version: str | None = None) -> TableChoice:
     return TableChoice(system, engine, chosen, version)
 
 
+def table_path(root: Path, op: str, engine: str, version: str, table: str) -> Path:
+    """The file of ``table`` for ``version``: its own, or the one of the version its ``reuse.yaml`` names for that
+    table (followed in turn; a cycle or an unreadable declaration leaves the version's own path, which then reads
+    as missing)."""
+    seen: set[str] = set()
+    while True:
+        folder = root / op / engine / version
+        path = folder / f"{table}.parquet"
+        if path.is_file() or version in seen:
+            return path
+        seen.add(version)
+        try:
+            doc = yaml.safe_load((folder / "reuse.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return path
+        names = [
+            r.get("from_version")
+            for r in (doc.get("reuse") if isinstance(doc, dict) else None) or []
+            if isinstance(r, dict) and r.get("table") == table
+        ]
+        if not names or not names[0]:
+            return path
+        version = str(names[0])
+
+
 def _read(path: Path, columns: list[str], optional: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
     """Columns of a parquet table; ``optional`` columns absent from older tables take their default."""
     try:
@@ -200,7 +229,7 @@ def _groups(rows: dict[str, np.ndarray], by: list[str]) -> Iterator[tuple[tuple[
 
 
 def _gemm(root: Path, c: TableChoice) -> dict[str, MeasuredGrid]:
-    rows = _read(root / "gemm" / c.engine / c.version / "gemm_perf.parquet", ["gemm_dtype", "m", "n", "k", "latency"])
+    rows = _read(table_path(root, "gemm", c.engine, c.version, "gemm_perf"), ["gemm_dtype", "m", "n", "k", "latency"])
     out = {}
     for (dtype,), sel in _groups(rows, ["gemm_dtype"]):
         name = GEMM_DTYPES.get(str(dtype))
@@ -209,21 +238,25 @@ def _gemm(root: Path, c: TableChoice) -> dict[str, MeasuredGrid]:
     return out
 
 
-def _attention_version(root: Path, c: TableChoice) -> Path | None:
+def _attention_version(c: TableChoice) -> str | None:
     have = versions(c.system, "attention", c.engine)
     if not have:
         return None
     older = [v for v in have if _version_key(v) <= _version_key(c.version)]
-    return root / "attention" / c.engine / (older[-1] if older else have[0])
+    return older[-1] if older else have[0]
 
 
 def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAttention]:
-    folder = _attention_version(root, c)
-    if folder is None:
+    v = _attention_version(c)
+    if v is None:
         return {}
     cols = ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"]
-    pre = _read(folder / "context_attention_perf.parquet", [*cols, "isl"], {"window_size": 0})
-    dec = _read(folder / "generation_attention_perf.parquet", [*cols, "step"], {"window_size": 0})
+    pre = _read(
+        table_path(root, "attention", c.engine, v, "context_attention_perf"), [*cols, "isl"], {"window_size": 0}
+    )
+    dec = _read(
+        table_path(root, "attention", c.engine, v, "generation_attention_perf"), [*cols, "step"], {"window_size": 0}
+    )
     found: dict[tuple[int, str], MeasuredAttention] = {}
     for rows, length, kind in ((pre, pre["isl"], "prefill"), (dec, dec["step"] + 1, "decode")):
         full = rows["window_size"] == 0  # full attention; sliding windows are other rows
@@ -242,7 +275,7 @@ def _all_reduce(root: Path, c: TableChoice) -> dict[int, MeasuredGrid]:
     have = versions(c.system, "comm", c.engine)
     older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
     for v in reversed(older):
-        path = root / "comm" / c.engine / v / "custom_allreduce_perf.parquet"
+        path = table_path(root, "comm", c.engine, v, "custom_allreduce_perf")
         if path.is_file():
             rows = _read(path, ["kernel_source", "num_gpus", "message_size", "latency"])
             graph = np.array(["eager" not in str(s) for s in rows["kernel_source"]])  # CUDA-graph kernels
@@ -279,7 +312,7 @@ def _moe(root: Path, c: TableChoice) -> dict[MoEKey, MeasuredGrid]:
     have = versions(c.system, "moe", c.engine)
     older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
     for v in reversed(older):
-        path = root / "moe" / c.engine / v / "moe_perf.parquet"
+        path = table_path(root, "moe", c.engine, v, "moe_perf")
         if not path.is_file():
             continue
         cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]

@@ -153,3 +153,38 @@ def test_a_measured_moe_shape_times_the_routed_experts_from_its_table(h100_vllm)
     router = float(k.gemm(64.0, 256, 7168, "bf16"))
     shared = float(k.gemm(64.0, 2 * 2048 // 8, 7168, "fp8") + k.gemm(64.0, 7168, 2048 // 8, "fp8"))
     assert float(mlp_time(m, k, lay, np.array(64.0), moe_layer=True)) == pytest.approx(router + want + shared)
+
+
+def test_a_version_that_reuses_an_older_table_reads_that_table():
+    """TensorRT-LLM 1.3.0rc23 on B200 did not measure GEMMs again: its reuse.yaml names 1.3.0rc20's table, which is
+    read (before, the newest version failed to load: `--engine trtllm` on B200, B300, GB200 and GB300 was an error)."""
+    root = kt.data_root() / "b200_sxm"
+    assert not (root / "gemm" / "trtllm" / "1.3.0rc23" / "gemm_perf.parquet").exists()
+    path = kt.table_path(root, "gemm", "trtllm", "1.3.0rc23", "gemm_perf")
+    assert path == root / "gemm" / "trtllm" / "1.3.0rc20" / "gemm_perf.parquet"
+    choice = silicon.kernels(catalog.device("b200"), "trtllm")
+    assert choice.source == "table b200_sxm/trtllm/1.3.0rc23" and choice.note is None
+    t = pq.read_table(path).to_pydict()
+    i = next(i for i in range(len(t["m"])) if t["gemm_dtype"][i] == "bfloat16" and t["m"][i] >= 64)
+    got = float(choice.kernels.gemm(t["m"][i], t["n"][i], t["k"][i], "bf16"))
+    assert got == pytest.approx(t["latency"][i] * 1e-3)
+
+
+def test_reuse_declarations_are_followed_in_turn_and_a_cycle_stops(tmp_path):
+    def version(v: str, reuse: str | None = None, table: bool = False) -> None:
+        d = tmp_path / "gemm" / "trtllm" / v
+        d.mkdir(parents=True)
+        if table:
+            (d / "gemm_perf.parquet").write_bytes(b"x")
+        if reuse:
+            (d / "reuse.yaml").write_text(f"schema_version: 1\nreuse:\n- table: gemm_perf\n  from_version: {reuse}\n")
+
+    version("3", reuse="2")
+    version("2", reuse="1")
+    version("1", table=True)
+    version("b", reuse="a")
+    version("a", reuse="b")
+    assert kt.table_path(tmp_path, "gemm", "trtllm", "3", "gemm_perf") == tmp_path / "gemm/trtllm/1/gemm_perf.parquet"
+    assert kt.table_path(tmp_path, "gemm", "trtllm", "3", "moe_perf") == tmp_path / "gemm/trtllm/3/moe_perf.parquet"
+    cycle = kt.table_path(tmp_path, "gemm", "trtllm", "b", "gemm_perf")
+    assert not cycle.exists()  # read as a missing table: one line, never a loop
