@@ -212,7 +212,15 @@ class KVStore:
         With write-back a block lives in the fastest tier with room and reaches a lower one only when evicted; a
         memory tier belongs to its process, so a server that stops calls this first and what it cached outlives it
         on disk or in Redis. The block stays in the first tier too. Nothing to do with one tier or write-through
-        (every tier was written)."""
+        (every tier was written). Each tier then sends what it deferred (a Redis tier's pending deletes)."""
+        try:
+            return self._flush()
+        finally:
+            with self._lock:  # deferred deletes are queued under it, by puts and evictions
+                for t in self.tiers:
+                    t.tier.sync()
+
+    def _flush(self) -> int:
         if len(self.tiers) < 2 or self.write == "through":
             return 0
         copied = 0

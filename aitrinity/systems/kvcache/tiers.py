@@ -47,6 +47,9 @@ class Tier(Protocol):
     def get(self, key: bytes) -> memoryview | Miss: ...
     def delete(self, key: bytes) -> None: ...
     def scan(self) -> Iterator[tuple[bytes, int]]: ...
+    def sync(self) -> None:
+        """Send what the tier holds back (a deferred delete) now, for other processes to see."""
+        ...
 
 
 class MemoryTier:
@@ -89,6 +92,9 @@ class MemoryTier:
 
     def scan(self) -> Iterator[tuple[bytes, int]]:
         return iter([])  # nothing survives the process
+
+    def sync(self) -> None:
+        pass  # nothing is deferred
 
 
 class _Scratch:
@@ -188,6 +194,9 @@ class DiskTier(_Scratch):
     def delete(self, key: bytes) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def sync(self) -> None:
+        pass  # writes are fsynced and deletes done as they come
+
     def scan(self) -> Iterator[tuple[bytes, int]]:
         """(key, frame bytes) of every well-formed block file, oldest first; cleans up the rest."""
         found = []
@@ -229,8 +238,8 @@ class RedisTier(_Scratch):
     its own but ahead of the next SET, in the same write (a tier at capacity
     evicts one block per put, which would otherwise double the round trips). The
     store no longer indexes such a block, so nothing reads it in between; another
-    store on the same server may, and finds valid data. ``scan`` sends what is
-    pending first; a corrupt block is deleted at once.
+    store on the same server may, and finds valid data. ``sync`` (and ``scan``)
+    sends what is pending; a corrupt block is deleted at once.
     """
 
     sealed = True
@@ -335,10 +344,14 @@ class RedisTier(_Scratch):
         except self._errors as e:
             self._down(e)
 
-    def scan(self) -> Iterator[tuple[bytes, int]]:
-        """Blocks already on the server under this namespace (a restart finds them again)."""
+    def sync(self) -> None:
+        """Send the pending DELs now (a probe's block, or a store that stops)."""
         doomed, self._doomed = self._doomed, []
         self._delete_now(*doomed)
+
+    def scan(self) -> Iterator[tuple[bytes, int]]:
+        """Blocks already on the server under this namespace (a restart finds them again)."""
+        self.sync()
         if not self.available:
             return iter([])
         out = []

@@ -91,6 +91,7 @@ def probe(tier: Tier, block_bytes: int, rates: Rates, reps: int = 3) -> None:
             rates.read(tier.name, 1, dt)
     finally:
         tier.delete(key)
+        tier.sync()  # the probe block leaves a shared tier now, not with the next save
 
 
 def socket_path(engine_id: str) -> Path:
