@@ -34,7 +34,7 @@ def _points(g: Grid) -> tuple[np.ndarray, ...]:
     return (*(x.ravel() for x in mesh), g.values.ravel())
 
 
-def gemm_params(g: Grid, peak: float, bw: float, dtype: str) -> dict[str, float]:
+def gemm_params(g: Grid, peak: float, bw: float, dtype: str, mem_eff: float) -> dict[str, float]:
     m, n, k, t = _points(g)
     sel = (n >= 1024) & (n <= 16384) & (k >= 1024) & (k <= 16384)
     m, n, k, t = m[sel], n[sel], k[sel], t[sel]
@@ -44,7 +44,7 @@ def gemm_params(g: Grid, peak: float, bw: float, dtype: str) -> dict[str, float]
     for eff in np.concatenate([np.linspace(0.06, 0.28, 12), np.linspace(0.3, 1.0, 36)]):
         for half in np.geomspace(1, 4096, 49):
             e = eff * m / (m + half)
-            mem = (n * k * BYTES_PER_DTYPE[dtype] + m * (n + k) * 2) / (bw * 0.8)
+            mem = (n * k * BYTES_PER_DTYPE[dtype] + m * (n + k) * 2) / (bw * mem_eff)
             pred = launch + np.maximum(2 * m * n * k / (peak * e), mem)
             err = float(np.mean(np.abs(np.log(pred / t))))
             if err < best[0]:
@@ -66,11 +66,15 @@ def main() -> int:
     print(f"  # python tools/derive_kernel_params.py {dev.name} --engine {c.engine} --version {c.version}")
     print("kernels:")
     print(f'  source: "derived by tools/derive_kernel_params.py from aiconfigurator-core tables {c.label}"')
+    m, n, k, t = _points(gemm["bf16"])
+    sel = (m == 1) & (n * k * 2 >= 64 * 2**20)
+    mem_eff = float(min(np.median(n[sel] * k[sel] * 2 / (bw * t[sel])), 1.0))
     print("  gemm:")
     for dtype, g in sorted(gemm.items()):
         if dtype not in ("bf16", "fp8", "fp4"):
             continue
-        p = gemm_params(g, dev.peak_flops_for(dtype), bw, dtype)  # the peak the roofline prices this dtype at
+        # fitted with the peak and the memory efficiency the roofline prices this dtype with
+        p = gemm_params(g, dev.peak_flops_for(dtype), bw, dtype, round(mem_eff, 3))
         fields = f"efficiency: {p['efficiency']}, half_rows: {p['half_rows']}, launch_s: {p['launch_s']:.3g}"
         print(f"    {dtype}: {{{fields}}}")
     at = attention.get((128, "bf16"))
@@ -97,9 +101,7 @@ def main() -> int:
         size = float(g.axes[0][-1])
         busbw = 2 * (n - 1) / n * size / (float(g.values[-1]) - lat)
         print(f"    {n}: {{latency_s: {lat:.3g}, bus_bandwidth_Bps: {busbw:.4g}}}")
-    m, n, k, t = _points(gemm["bf16"])
-    sel = (m == 1) & (n * k * 2 >= 64 * 2**20)
-    print(f"  memory_efficiency: {min(np.median(n[sel] * k[sel] * 2 / (bw * t[sel])), 1.0):.3f}")
+    print(f"  memory_efficiency: {mem_eff:.3f}")
     return 0
 
 
