@@ -39,6 +39,7 @@ from aitrinity import catalog, silicon
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
+from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout
 from aitrinity.errors import SpecError, TrinityError
@@ -290,7 +291,9 @@ def price_rows(
             notes.add(choice.note)
         c, isl, osl = (np.array([getattr(r, f) for r in rs], dtype=np.float64) for f in ("c", "isl", "osl"))
         if prefill is None:
-            ss = steady_state(m, choice.kernels, _layout(pool, dtype, engine), c / pool.dp, isl, osl)
+            lay = _layout(pool, dtype, engine)
+            slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine), pool.pp)
+            ss = steady_state(m, choice.kernels, lay, c / pool.dp, isl, osl, kv_slots=slots)
             ttft, tpot = ss.ttft_s, ss.tpot_s
         else:
             ds = disaggregated_steady_state(
@@ -333,8 +336,15 @@ def price_rows(
     return priced, sorted(sources), sorted(notes)
 
 
+def row_layout(r: _Row) -> Layout:
+    """The layout a measured run's (aggregated) server ran, as this module prices it."""
+    return _layout(r.pool, r.dtype, r.engine)
+
+
 def _layout(pool: _Pool, dtype: str, engine: str) -> Layout:
-    return Layout(tp=pool.tp, ep=pool.ep, attention_dp=pool.dp, weight_dtype=dtype, kv_dtype="bf16", engine=engine)
+    # TensorRT-LLM's fp8 runs keep an fp8 KV cache (NVIDIA's FP8 checkpoints quantize it; docs/silicon.md)
+    kv = "fp8" if engine == "trtllm" and dtype == "fp8" else "bf16"
+    return Layout(tp=pool.tp, ep=pool.ep, attention_dp=pool.dp, weight_dtype=dtype, kv_dtype=kv, engine=engine)
 
 
 def _kv_link(dev: DeviceSpec, gpus: int) -> KVLink:

@@ -34,7 +34,7 @@ import numpy as np
 from aitrinity import api, catalog, silicon
 from aitrinity import validate_serving as vs
 from aitrinity.cost.concurrency import ENGINE_PROFILES, EngineProfile, steady_state
-from aitrinity.cost.operators import Layout
+from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.spec._base import validate
 from aitrinity.spec.scenario import Scenario
 
@@ -80,17 +80,21 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
         for r in mine:
             groups.setdefault((r.model, r.device, r.version, r.dtype, r.tp), []).append(r)
         prepared = []
-        for (model, device, version, dtype, tp), rs in groups.items():
-            k = silicon.kernels(catalog.device(device), engine, version, tables).kernels
-            prepared.append((catalog.model(model), k, Layout(tp=tp, weight_dtype=dtype, engine=engine), rs))
+        for (model, device, version, _, _), rs in groups.items():
+            dev, m, lay = catalog.device(device), catalog.model(model), vs.row_layout(rs[0])  # validate's layout
+            k = silicon.kernels(dev, engine, version, tables).kernels
+            isl, osl = [r.isl for r in rs], [r.osl for r in rs]
+            slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine))
+            prepared.append((m, k, lay, rs, slots))
 
         def loss(x: np.ndarray, prepared: list = prepared) -> float:
             if (x < 0).any() or x[0] > 0.02 or x[4] > 0.5 or x[2] < 1.0:  # its own step at least
                 return 1e9
             prof = EngineProfile(*x)  # the five fitted constants (sequence_overhead_s stays 0 on GPUs)
             e_tpot, e_ttft = [], []
-            for m, k, lay, rs in prepared:
-                ss = steady_state(m, k, lay, [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs], prof)
+            for m, k, lay, rs, slots in prepared:
+                c, isl, osl = [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs]
+                ss = steady_state(m, k, lay, c, isl, osl, prof, kv_slots=slots)
                 e_tpot.extend(ss.tpot_s / np.array([r.tpot_ms * 1e-3 for r in rs]) - 1)
                 e_ttft.extend(ss.ttft_s / np.array([r.ttft_ms * 1e-3 for r in rs]) - 1)
             return float(np.mean(np.abs(e_tpot)) + np.mean(np.abs(e_ttft)))

@@ -29,7 +29,7 @@ import numpy as np
 from aitrinity import catalog, silicon
 from aitrinity.cost.concurrency import profile, steady_state
 from aitrinity.cost.kernels import Kernels
-from aitrinity.cost.operators import Layout
+from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool, kv_slots
 from aitrinity.sim.serving import (
     ClosedLoop,
     EngineScheduling,
@@ -38,7 +38,7 @@ from aitrinity.sim.serving import (
     scheduling,
     simulate_closed_loop,
 )
-from aitrinity.validate_serving import read_rows
+from aitrinity.validate_serving import read_rows, row_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ("sim TTFT", "analytic TTFT", "measured TTFT", "sim TPOT", "analytic TPOT", "measured TPOT")
@@ -52,14 +52,25 @@ def price(rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: 
         key = (r.device, r.engine, r.version)
         if key not in kernels:
             kernels[key] = silicon.kernels(dev, r.engine, r.version).kernels
-        m, k, prof, s = catalog.model(r.model), kernels[key], profile(r.engine), sched[r.engine]
-        lay = Layout(tp=r.tp, weight_dtype=r.dtype, engine=r.engine)
-        ss = steady_state(m, k, lay, r.c, r.isl, r.osl)
+        m, k, prof, s, pool = (
+            catalog.model(r.model),
+            kernels[key],
+            profile(r.engine),
+            sched[r.engine],
+            kv_pool(r.engine),
+        )
+        lay = row_layout(r)
+        room = kv_capacity_tokens(m, lay, dev.memory_capacity_bytes, pool)
+        slots = kv_slots(m, lay, dev.memory_capacity_bytes, r.isl, r.osl, pool)
+        ss = steady_state(m, k, lay, r.c, r.isl, r.osl, kv_slots=slots)
         cfg = for_device(
             dev,
             1,
             memory_capacity_bytes=dev.memory_capacity_bytes * r.tp,
             weights_dtype=r.dtype,
+            kv_dtype=lay.kv_dtype,
+            kv_capacity_tokens=room,
+            reserve_output=pool.reserve_output,
             token_budget=s.token_budget,
             mixed_batches=s.mixed_batches,
             first_token_lag=s.first_token_lag,

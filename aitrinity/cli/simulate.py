@@ -337,6 +337,7 @@ def _trace(args: argparse.Namespace) -> tuple[str, str]:
 def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog, units
     from aitrinity.catalog import traces
+    from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool
     from aitrinity.sim.serving import EngineScheduling, for_device, scheduling, simulate_serving
 
     trace, label = _trace(args)
@@ -350,6 +351,11 @@ def _serving(args: argparse.Namespace) -> int:
     closed = _closed_loop(args)
     step = _operator_step(args, m, d) if args.engine or closed else None
     sched = scheduling(args.engine or "generic") if step is not None else EngineScheduling(token_budget=2048)
+    engine_kv: dict[str, Any] = {}
+    if step is not None:  # the engine sizes its KV pool and admits into it as it does (cost.kv_pool)
+        pool = kv_pool(args.engine or "generic")
+        room = kv_capacity_tokens(m, step.layout, d.memory_capacity_bytes, pool)
+        engine_kv = {"kv_capacity_tokens": room, "reserve_output": pool.reserve_output}
     cfg = for_device(
         d,
         args.instances,
@@ -368,6 +374,7 @@ def _serving(args: argparse.Namespace) -> int:
         cache_load_Bps=units.parse_bandwidth(args.cache_load),
         slo_ttft_s=units.parse_time(args.slo_ttft),
         slo_tpot_s=units.parse_time(args.slo_tpot),
+        **engine_kv,
     )
     reqs = traces.load(trace) if closed is None else []
     progress = Progress(args.quiet)
@@ -467,6 +474,7 @@ def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) ->
     for prefill and decode pools."""
     from aitrinity.cost.concurrency import steady_state
     from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
+    from aitrinity.cost.kv_pool import kv_pool, kv_slots
     from aitrinity.cost.memory import kv_shard_factor
 
     p = args.prefill_instances
@@ -486,7 +494,10 @@ def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) ->
             "output_tokens_per_s": float(ds.output_tokens_per_s),
         }
     per_instance = args.concurrency / args.instances  # the router spreads clients evenly
-    ss = steady_state(step.model, step.kernels, step.layout, per_instance, args.isl, args.osl)
+    lay = step.layout
+    per_gpu = cfg.memory_capacity_bytes / int(lay.tp)
+    slots = kv_slots(step.model, lay, per_gpu, args.isl, args.osl, kv_pool(lay.engine))
+    ss = steady_state(step.model, step.kernels, lay, per_instance, args.isl, args.osl, kv_slots=slots)
     rate = float(ss.output_tokens_per_s) * args.instances
     return {"ttft_s": float(ss.ttft_s), "tpot_s": float(ss.tpot_s), "output_tokens_per_s": rate}
 

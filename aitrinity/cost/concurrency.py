@@ -46,6 +46,16 @@ that the simulator prefills beside the others' decodes; the formulas price every
 first round alone: within 6-18% of the simulator; over three rounds the simulator's TTFT is up to a third lower).
 ``benchmarks/bench_vllm.py`` prices vLLM's CPU engine this way; its grid's waves take one or two steps.
 
+More clients than KV slots (``kv_slots``, :mod:`aitrinity.cost.kv_pool`: the requests the engine's KV pool holds
+at once): ``n`` of the ``c`` requests run and the others wait for one to finish. The running ones are priced as
+above with ``n`` clients, each holding its slot for ``S = TTFT_n - t_request + (osl - 1)·TPOT_n``; the slots never
+idle, so the engine completes ``n / S`` requests per second and each client's cycle is ``c·S / n`` (Little's law);
+what the request's own ``t_request`` does not fill of the difference is its wait for a slot:
+
+    wait = max((c/n - 1)·S - t_request, 0)          TTFT = TTFT_n + wait
+
+(the simulator queues for real slots; ``tests/sim/test_serving.py`` compares the two).
+
 The profile's constants cannot come from kernel tables (they are scheduling behaviour), so they are
 **fitted** on the development runs only (``benchmarks/bench_silicon.py --fit``) and named in
 :data:`ENGINE_PROFILES`; docs/silicon.md gives the values and the held-out check.
@@ -116,6 +126,8 @@ class SteadyState:
     """TTFT's mixed steps (``n_prefill · t_step(decode c-1, prefill 1)``)."""
     wave_wait_s: Array
     """TTFT's wait behind a synchronised wave of prompts."""
+    slot_wait_s: Array
+    """TTFT's wait for a KV slot (more clients than the KV pool holds requests; 0 without ``kv_slots``)."""
     interference_s: Array
     """TPOT's share of other requests' prefill work."""
     decode_step: StepTimes
@@ -179,6 +191,7 @@ def steady_state(
     engine: EngineProfile | None = None,
     prefill_fraction: ArrayLike = 1.0,
     speculation: Speculation | None = None,
+    kv_slots: ArrayLike | None = None,
 ) -> SteadyState:
     """TTFT, TPOT and throughput of one model replica at ``concurrency`` clients (module doc).
 
@@ -186,9 +199,13 @@ def steady_state(
     rate ``h`` computes ``1 - h`` of it; the context attended to stays the whole prompt). ``speculation``: a
     speculative decoder (:mod:`aitrinity.cost.speculation`); each decode step is then a verification step with its
     drafts, yielding ``E`` tokens, and the decode step reported is its share per output token. The prompts that
-    share the steps cost the same per output token (``(c-1)·E/osl`` of them per step, ``E`` tokens a step)."""
+    share the steps cost the same per output token (``(c-1)·E/osl`` of them per step, ``E`` tokens a step).
+
+    ``kv_slots``: requests the engine's KV pool holds at once (:func:`aitrinity.cost.kv_pool.kv_slots`; None: no
+    limit). With more clients than slots, ``n`` requests run and the others wait for one to finish (module doc)."""
     prof = engine or profile(lay.engine)
-    c = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
+    clients = np.maximum(np.asarray(concurrency, dtype=np.float64), 1.0)
+    c = clients if kv_slots is None else np.minimum(clients, np.maximum(np.asarray(kv_slots, dtype=np.float64), 1.0))
     s_in = np.asarray(isl, dtype=np.float64)
     s_new = np.maximum(s_in * np.asarray(prefill_fraction, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
@@ -218,8 +235,14 @@ def steady_state(
         steps = prof.prefill_steps * mix.total
         wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave
+    # more clients than KV slots: a closed loop of `clients` around `c` slots, each held for the request's time in
+    # the engine; by Little's law a client's cycle is clients/c of that, and what the request overhead does not
+    # fill of the rest is the wait for a slot
+    service = ttft - prof.request_overhead_s + (s_out - 1.0) * tpot
+    queue = np.maximum((clients / c - 1.0) * service - prof.request_overhead_s, 0.0)
+    ttft = ttft + queue
     latency = ttft + (s_out - 1.0) * tpot
-    rps = c / latency
+    rps = clients / latency
     return SteadyState(
         ttft_s=ttft,
         tpot_s=tpot,
@@ -227,6 +250,7 @@ def steady_state(
         requests_per_s=rps,
         output_tokens_per_s=rps * s_out,
         request_s=np.full(ttft.shape, prof.request_overhead_s),
+        slot_wait_s=queue,
         prefill_steps_s=steps,
         wave_wait_s=wave,
         interference_s=tpot - dec.total,

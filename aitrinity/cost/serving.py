@@ -183,7 +183,7 @@ def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> 
     return kv_tokens_held(m, context) * _kv_per_token_per_device(m, plan)
 
 
-def _workspace_width(m: ModelSpec, tp: Any) -> Any:
+def workspace_width(m: ModelSpec, tp: Any) -> Any:
     """Activation width per token on one device (``tp``: a degree, or one per row)."""
     ffn = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
     return 2 * m.hidden_size + (2 * m.hidden_size + (3 if m.mlp == "gated" else 2) * ffn) / tp
@@ -197,7 +197,7 @@ def prefill_workspace_bytes(m: ModelSpec, plan: Plan, tokens: int) -> float:
     output (~4h per token) and the MLP intermediates (3f gated, 2f standard),
     the last two split by TP. The chunk is capped by ``plan.prefill_chunk_tokens``.
     """
-    width: float = _workspace_width(m, plan.tp)
+    width: float = workspace_width(m, plan.tp)
     return min(tokens, plan.prefill_chunk_tokens) * width * BYTES_PER_DTYPE[plan.compute_dtype]
 
 
@@ -496,7 +496,7 @@ class ServingArrays:
         pc = self._params
         weights = (pc.non_expert + pc.routed_experts / r.ep) * wq / (r.tp * r.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok
-        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * _workspace_width(m, r.tp)
+        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * workspace_width(m, r.tp)
         buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
         return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (r.tp * r.pp))
 

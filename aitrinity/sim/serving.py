@@ -193,6 +193,13 @@ class ServingConfig:
     first_token_lag: int = 0
     """Iterations between a prompt's last chunk and its first token reaching the client: an overlap scheduler
     processes iteration n's output while iteration n + 1 runs (TensorRT-LLM's PyTorch backend, SGLang)."""
+    kv_capacity_tokens: int | None = None
+    """KV tokens an instance holds (an engine's pool, :func:`aitrinity.cost.kv_pool.kv_capacity_tokens`); None: all
+    the memory the weights leave."""
+    reserve_output: bool = False
+    """Admission holds a request's whole output from the start, so a running request never needs another KV slot
+    (TensorRT-LLM's ``GUARANTEED_NO_EVICT``); False: it holds its prompt and one slot per token computed, and the
+    newest request is preempted when a decode token finds none (vLLM, SGLang)."""
     fast_forward: bool = True
     """Price a stretch of pure decode iterations (same batch, no admission, no completion, no preemption) at once
     and apply it lazily (module doc); False: one event per iteration, the reference the tests compare with."""
@@ -272,11 +279,14 @@ class _Req:
     def kv_tokens(self) -> int:
         return self.prefilled + self.generated
 
+    full: bool = False
+    """Holds its whole output's KV from admission (``ServingConfig.reserve_output``)."""
+
     @property
     def reserved(self) -> int:
         """KV slots held while running: the whole prompt and the first output token from admission, then each
-        further token."""
-        return self.prompt + max(self.generated, 1)
+        further token (or the whole output from admission, ``full``)."""
+        return self.prompt + (self.output if self.full else max(self.generated, 1))
 
 
 @dataclass
@@ -370,7 +380,13 @@ class _Engine:
         self.m, self.cfg, self.closed, self.progress = m, cfg, closed, progress
         self.weights = count(m).total * BYTES_PER_DTYPE[cfg.weights_dtype]
         self.kv_per_token = kv_bytes_per_token(m, cfg.kv_dtype)
-        self.capacity = int((cfg.memory_capacity_bytes - self.weights) // self.kv_per_token)
+        self.capacity = (
+            int((cfg.memory_capacity_bytes - self.weights) // self.kv_per_token)
+            if cfg.kv_capacity_tokens is None
+            else cfg.kv_capacity_tokens
+        )
+        self.grow = 0 if cfg.reserve_output else 1
+        """KV slots a decode token takes (none when admission reserved the whole output)."""
         if self.capacity <= 0:
             raise ValueError(
                 f"the weights ({self.weights:.3g} B) leave no room for KV in {cfg.memory_capacity_bytes:.3g} B"
@@ -403,6 +419,7 @@ class _Engine:
                 max(t.output_length, 1),
                 max(t.output_length, 1),
                 blocks=t.hash_ids,
+                full=cfg.reserve_output,
             )
             for k, t in enumerate(requests if closed is None else ())
         ]
@@ -431,7 +448,7 @@ class _Engine:
         o = max(closed.output_tokens, 1)
         if closed.output_spread > 0:
             o = max(round(o * (1.0 + closed.output_spread * (2.0 * float(self.sim.rng.random()) - 1.0))), 1)
-        r = _Req(len(self.reqs), at, max(closed.prompt_tokens, 1), o, o)
+        r = _Req(len(self.reqs), at, max(closed.prompt_tokens, 1), o, o, full=self.cfg.reserve_output)
         self.reqs.append(r)
         mean = closed.request_overhead_s
         overhead = float(self.sim.rng.exponential(mean)) if mean > 0 else 0.0
@@ -524,7 +541,7 @@ class _Engine:
             inst.run = None
         decode = [r for r in inst.running if r.prefilled == r.prompt]
         # one KV slot per decode token; preempt the newest requests until they fit
-        while decode and inst.kv_used + len(decode) > self.capacity:
+        while decode and inst.kv_used + self.grow * len(decode) > self.capacity:
             self.preempt(inst)
             decode = [r for r in inst.running if r.prefilled == r.prompt]
         admitted = self.admissions
@@ -549,7 +566,7 @@ class _Engine:
         inst.busy_s += dt
         for r in decode:
             r.generated += 1
-            inst.kv_used += 1
+            inst.kv_used += self.grow
             r.last_token = end
         if inst.lagging:
             self._lagged(inst, end)
@@ -567,7 +584,8 @@ class _Engine:
         """Start a stretch of pure decode iterations here, if at least two are certain (module doc)."""
         inst, n = self.insts[i], len(decode)
         steps = min(r.output - r.generated for r in decode) - 1  # the iteration that finishes one runs alone
-        steps = min(steps, (self.capacity - inst.kv_used) // n)  # every iteration's tokens fit
+        if self.grow:
+            steps = min(steps, (self.capacity - inst.kv_used) // n)  # every iteration's tokens fit
         if steps < 2:
             return False
         dts = self._decode_times(decode, steps)
@@ -616,7 +634,7 @@ class _Engine:
         for r in run.decode:
             r.generated += k
             r.last_token = float(run.ends[started - 1])
-        inst.kv_used += k * len(run.decode)
+        inst.kv_used += self.grow * k * len(run.decode)
         inst.busy_s = float(np.cumsum(np.concatenate(([inst.busy_s], run.dts[run.applied : started])))[-1])
         inst.peak_kv = max(inst.peak_kv, inst.kv_used)
         run.applied = started
@@ -640,7 +658,7 @@ class _Engine:
         running request and of each one it admits, so that the decode iteration after it fits. Without that, a
         request preempted for room would be admitted again at once and preempted again, with no decode between."""
         budget = self.cfg.token_budget - n_decode
-        keep = len(inst.running) if prefill_only else n_decode
+        keep = self.grow * (len(inst.running) if prefill_only else n_decode)
         chunks: list[tuple[_Req, int]] = []
         load_bytes = 0.0
         for r in inst.running:
@@ -652,7 +670,7 @@ class _Engine:
             r = inst.waiting[0]
             if inst.kv_used + keep + r.reserved > self.capacity:
                 break
-            keep += prefill_only
+            keep += self.grow * prefill_only
             inst.waiting.popleft()
             r.admitted_at = self.admissions
             self.admissions += 1

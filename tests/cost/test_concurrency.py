@@ -114,3 +114,25 @@ def test_lockstep_closed_form_is_what_the_simulator_replays(setup, c, isl, osl):
     sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 3 * c, prof.request_overhead_s))
     assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.05)
     assert sim.tpot_s.mean == pytest.approx(float(ss.tpot_s), rel=0.02)
+
+
+def test_clients_beyond_the_kv_slots_wait_for_one(setup):
+    """A closed loop of c clients around n < c KV slots: n requests run (TPOT and the requests' own TTFT are those of
+    n clients) and the rest wait; each client's cycle is c/n times a request's time in the engine (Little's law), and
+    the wait is what the request overhead does not fill of the difference."""
+    m, k, lay = setup
+    prof = ENGINE_PROFILES["vllm"]
+    assert_same = steady_state(m, k, lay, [8, 64], 1024, 256, kv_slots=[8, 100])
+    free = steady_state(m, k, lay, [8, 64], 1024, 256)
+    np.testing.assert_array_equal(assert_same.ttft_s, free.ttft_s)
+    np.testing.assert_array_equal(assert_same.tpot_s, free.tpot_s)
+    assert (assert_same.slot_wait_s == 0).all()
+
+    n, c = 16, 64
+    run = steady_state(m, k, lay, n, 1024, 256)
+    held = steady_state(m, k, lay, c, 1024, 256, kv_slots=n)
+    service = float(run.ttft_s) - prof.request_overhead_s + 255 * float(run.tpot_s)
+    assert float(held.tpot_s) == float(run.tpot_s)
+    assert float(held.slot_wait_s) == pytest.approx((c / n - 1) * service - prof.request_overhead_s)
+    assert float(held.ttft_s) == pytest.approx(float(run.ttft_s) + float(held.slot_wait_s))
+    assert float(held.requests_per_s) == pytest.approx(n / service)  # the slots never idle

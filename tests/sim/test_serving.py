@@ -7,9 +7,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from aitrinity import catalog, silicon
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.cost.params import count
-from aitrinity.sim.serving import ServingConfig, simulate_serving
+from aitrinity.sim.serving import ClosedLoop, ServingConfig, for_device, simulate_closed_loop, simulate_serving
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.traces import TraceRequest
 
@@ -344,3 +345,44 @@ def test_fast_forward_on_the_conversation_trace_and_a_closed_loop():
     cfg = for_device(dev, 1, token_budget=2048, max_batch=32, step_time=step)
     loop = ClosedLoop(16, 1024, 128, 96, 0.04)
     _same(simulate_closed_loop(m, cfg, loop), simulate_closed_loop(m, replace(cfg, fast_forward=False), loop))
+
+
+def test_reserving_the_output_admits_fewer_and_never_preempts():
+    """``reserve_output`` (TensorRT-LLM's guaranteed-no-evict admission) holds each request's whole output from the
+    start: with room for exactly three such requests, three run at once and none is preempted; holding only what is
+    computed (vLLM) admits more and preempts when they grow."""
+    room = 3 * (100 + 60)
+    cfg = replace(config(room, instances=1), kv_capacity_tokens=room, max_batch=8)
+    loop = ClosedLoop(clients=8, prompt_tokens=100, output_tokens=60, requests=64)
+    full = simulate_closed_loop(M, replace(cfg, reserve_output=True), loop)
+    assert full.finished == 64 and full.preemptions == 0
+    assert full.peak_kv_tokens == [room] and full.kv_capacity_tokens == room
+    grow = simulate_closed_loop(M, cfg, loop)
+    assert grow.finished == 64 and grow.preemptions > 0
+
+
+def test_the_slot_wait_is_the_analytic_one():
+    """64 clients around the KV slots of 16 requests: the simulator's queue for a slot and the analytic steady state's
+    closed-loop wait (``cost.concurrency``) agree."""
+    from aitrinity.cost.concurrency import EngineProfile, steady_state
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import OperatorStep
+
+    m, k = catalog.model("llama-3.1-8b"), silicon.roofline(catalog.device("h100-sxm"))
+    lay = Layout(tp=1, engine="trtllm")
+    prof = EngineProfile(1e-3, 1.0, 1.0, 0.0, request_overhead_s=0.01)
+    isl, osl, n, c = 1024, 256, 16, 64
+    cfg = for_device(
+        catalog.device("h100-sxm"),
+        1,
+        token_budget=8192,
+        max_batch=c,
+        kv_capacity_tokens=n * (isl + osl),
+        reserve_output=True,
+        step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+    )
+    sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 10 * c, prof.request_overhead_s, 0.1))
+    ss = steady_state(m, k, lay, c, isl, osl, prof, kv_slots=n)
+    assert float(ss.slot_wait_s) > 0.5 * float(ss.ttft_s)  # the wait is most of it
+    assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.1)
+    assert sim.output_tokens_per_s == pytest.approx(float(ss.output_tokens_per_s), rel=0.05)
