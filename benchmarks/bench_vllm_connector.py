@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         engine = f"bench-{uuid.uuid4()}"
         tc = transfer_config(tiers, write="through", engine_id=engine) if conn else None
         print(f"== {name}: starting the vLLM server ...", file=sys.stderr, flush=True)
-        flags = ["--max-model-len", "4096", "--enforce-eager", "--seed", "0"]
+        flags = ["--max-model-len", "4096", "--enforce-eager", "--seed", "0", "--dtype", args.dtype]
         flags += ["--enable-prefix-caching" if pc else "--no-enable-prefix-caching"]
         flags += ["--kv-transfer-config", json.dumps(tc)] if tc else []
         srv = Server(model, work / f"{i}.log", flags, env={"VLLM_CPU_KVCACHE_SPACE": "2"})
@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_tokens": args.prompt,
         "shared_tokens": args.shared,
         "requests": args.requests,
+        "dtype": args.dtype,
         "rows": rows,
     }
 
@@ -126,6 +127,11 @@ def main() -> None:
     ap.add_argument("--shared", type=int, default=1843, help="shared leading tokens (default: 90%% of 2,048)")
     ap.add_argument("--requests", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=4)
+    ap.add_argument(
+        "--dtype",
+        default="bfloat16",
+        help="every server's dtype (bfloat16; on a CPU with AMX the connector refuses it: use float32)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if not 0 < args.shared < args.prompt:

