@@ -223,6 +223,7 @@ def test_write_back_blocks_reach_disk_when_the_engine_stops(tmp_path: Path) -> N
         "wb",
         {
             "model": str(tiny_model(tmp_path / "model")),
+            "dtype": DTYPE,
             "connector": transfer_config(tiers, write="back", engine_id=f"wb-{uuid.uuid4()}"),
             "phases": [{"name": "p1", "prompts": [P1, P2], "disk": str(disk)}],
         },
