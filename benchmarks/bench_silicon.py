@@ -112,6 +112,13 @@ def main() -> int:
     ap.add_argument("--fit", action="store_true", help="re-fit the engine profiles on this file (development only)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from aitrinity.catalog import kernel_tables
+
+    if not kernel_tables.available():  # the "tables" row (and --fit) would silently be the roofline's
+        print(
+            "bench_silicon: the measured kernel tables are not installed (pip install -e '.[silicon]')", file=sys.stderr
+        )
+        return 2
     rows, skipped = vs.read_rows(args.csv)
     meas_ttft = np.array([r.ttft_ms * 1e-3 for r in rows])
     meas_tpot = np.array([r.tpot_ms * 1e-3 for r in rows])
