@@ -28,11 +28,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from aitrinity.cost.kernels import Array
-from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor
+from aitrinity.cost.memory import kv_tokens_held
 from aitrinity.cost.operators import Layout
-from aitrinity.cost.params import count
-from aitrinity.cost.serving import workspace_width
-from aitrinity.spec.hardware import BYTES_PER_DTYPE
+from aitrinity.cost.serving import shard_kv_bytes_per_token, shard_weight_bytes, workspace_width
 from aitrinity.spec.model import ModelSpec
 
 MIB = float(1 << 20)
@@ -88,9 +86,8 @@ def sglang_static_fraction(capacity_bytes: float, tp: int = 1) -> float:
 def kv_budget_bytes(m: ModelSpec, lay: Layout, capacity_bytes: float, pool: KVPool, pp: int = 1) -> float:
     """Bytes of one GPU's memory (``capacity_bytes``) the engine gives its KV pool (module doc); ``pp`` pipeline
     stages each hold their share of the layers."""
-    tp, ep = int(lay.tp), int(lay.ep)
-    pc = count(m)
-    weights = (pc.non_expert + pc.routed_experts / ep) * BYTES_PER_DTYPE[lay.weight_dtype] / (tp * pp)
+    tp = int(lay.tp)
+    weights = shard_weight_bytes(m, lay.weight_dtype, tp, pp, int(lay.ep))
     act = float(pool.step_tokens * workspace_width(m, tp) * 2.0)  # bf16 activations
     if pool.fraction is None:
         return max(sglang_static_fraction(capacity_bytes, tp) * capacity_bytes - weights, 0.0)
@@ -101,7 +98,7 @@ def kv_budget_bytes(m: ModelSpec, lay: Layout, capacity_bytes: float, pool: KVPo
 
 def kv_capacity_tokens(m: ModelSpec, lay: Layout, capacity_bytes: float, pool: KVPool, pp: int = 1) -> int:
     """Tokens of KV one replica of ``lay.tp x pp`` GPUs of ``capacity_bytes`` each holds."""
-    per_token = kv_bytes_per_token(m, lay.kv_dtype) * kv_shard_factor(m, int(lay.tp)) / pp
+    per_token = shard_kv_bytes_per_token(m, lay.kv_dtype, int(lay.tp), pp)
     return int(kv_budget_bytes(m, lay, capacity_bytes, pool, pp) // per_token)
 
 
@@ -111,9 +108,5 @@ def kv_slots(
     """Requests of ``isl`` prompt and ``osl`` output tokens a replica runs at once (floored; 0: not even one)."""
     tokens = kv_capacity_tokens(m, lay, capacity_bytes, pool, pp)
     s_in, s_out = np.asarray(isl, dtype=np.float64), np.asarray(osl, dtype=np.float64)
-    context = s_in + (s_out if pool.reserve_output else s_out / 2.0)
-    held = context
-    if m.local_layers and m.sliding_window is not None:  # kv_tokens_held, element-wise
-        local = m.local_layers
-        held = (local * np.minimum(context, m.sliding_window) + (m.num_layers - local) * context) / m.num_layers
+    held = kv_tokens_held(m, s_in + (s_out if pool.reserve_output else s_out / 2.0))
     return np.floor(tokens / np.maximum(held, 1.0))

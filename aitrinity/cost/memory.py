@@ -159,16 +159,21 @@ def kv_bytes_per_token(m: ModelSpec, dtype: str) -> float:
     return 2.0 * m.num_layers * m.kv_heads * m.dim_head * b
 
 
-def kv_tokens_held(m: ModelSpec, context: int) -> float:
+@overload
+def kv_tokens_held(m: ModelSpec, context: float) -> float: ...
+@overload
+def kv_tokens_held(m: ModelSpec, context: NDArray[np.float64]) -> NDArray[np.float64]: ...
+def kv_tokens_held(m: ModelSpec, context: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
     """Tokens one sequence keeps in cache, per layer on average: capped by a sliding window on the layers
     that have one (rolling buffer, Mistral §2; Gemma 2/3 and gpt-oss keep the whole context on their global
-    layers)."""
-    local = m.local_layers
-    if not local or m.sliding_window is None:
+    layers). ``context`` one length, or one per element."""
+    local, w = m.local_layers, m.sliding_window
+    if not local or w is None:
         return context
+    windowed = np.minimum(context, w) if isinstance(context, np.ndarray) else min(context, w)
     if local == m.num_layers:
-        return min(context, m.sliding_window)
-    return (local * min(context, m.sliding_window) + (m.num_layers - local) * context) / m.num_layers
+        return windowed
+    return (local * windowed + (m.num_layers - local) * context) / m.num_layers
 
 
 @overload

@@ -168,15 +168,23 @@ def _hit_rate(pc: PrefixCache) -> float:
 NO_EFFECTS = ServingEffects(None, None, 0.0, "hbm", 1.0, 0.0)
 
 
-def weight_bytes_per_device(m: ModelSpec, plan: Plan) -> float:
+def shard_weight_bytes(m: ModelSpec, dtype: str, tp: int, pp: int = 1, ep: int = 1) -> float:
     """Weights of one device's shard: the model split over ``tp · pp`` (experts also over ``ep``)."""
     pc = count(m)
-    wb = BYTES_PER_DTYPE[plan.weights_dtype]
-    return (pc.non_expert + pc.routed_experts / plan.ep) * wb / (plan.tp * plan.pp)
+    return (pc.non_expert + pc.routed_experts / ep) * BYTES_PER_DTYPE[dtype] / (tp * pp)
+
+
+def weight_bytes_per_device(m: ModelSpec, plan: Plan) -> float:
+    return shard_weight_bytes(m, plan.weights_dtype, plan.tp, plan.pp, plan.ep)
+
+
+def shard_kv_bytes_per_token(m: ModelSpec, dtype: str, tp: int, pp: int = 1) -> float:
+    """KV bytes per token one device holds: its TP share of the KV heads, its stage's layers."""
+    return kv_bytes_per_token(m, dtype) * kv_shard_factor(m, tp) / pp
 
 
 def _kv_per_token_per_device(m: ModelSpec, plan: Plan) -> float:
-    return kv_bytes_per_token(m, plan.cache_dtype) * kv_shard_factor(m, plan.tp) / plan.pp
+    return shard_kv_bytes_per_token(m, plan.cache_dtype, plan.tp, plan.pp)
 
 
 def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> float:

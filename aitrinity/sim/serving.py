@@ -4,7 +4,8 @@ Each instance runs iterations back to back while it has work (vLLM's
 scheduler, simplified). An iteration gives every running request that has
 finished its prompt one decode token, then fills the rest of a token budget
 with prompt chunks (running requests first, then waiting ones in arrival
-order, each admitted only when its whole prompt and first output token fit in the free KV cache). A
+order, each admitted only when its whole prompt and first output token fit in the free KV cache -- or its
+whole output too, ``reserve_output``; the cache is what the weights leave, or ``kv_capacity_tokens``). A
 decode token that finds no free KV slot preempts the most recently admitted
 request: its KV is freed and it goes back to the head of the queue to be
 recomputed. A request whose prompt and output can never fit is rejected with
@@ -274,13 +275,12 @@ class _Req:
     """When its first token was computed (TPOT counts from here; ``first_token`` adds the output lag)."""
     lag: int = 0
     """Iterations until its first token reaches the client."""
+    full: bool = False
+    """Holds its whole output's KV from admission (``ServingConfig.reserve_output``)."""
 
     @property
     def kv_tokens(self) -> int:
         return self.prefilled + self.generated
-
-    full: bool = False
-    """Holds its whole output's KV from admission (``ServingConfig.reserve_output``)."""
 
     @property
     def reserved(self) -> int:
