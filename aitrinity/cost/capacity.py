@@ -7,7 +7,8 @@ search followed by bisection finds the smallest dp. The global batch is rounded
 to a multiple of the new dp: the answer is a capacity bound, not a runnable plan.
 
 Serving: the smallest replica ``tp x pp`` (tp a valid divisor of the heads, pp
-of the layers) that holds the weights and the batch's KV cache.
+of the layers) that holds the weights and the batch's KV cache -- at fixed
+concurrency, one request's (the other clients wait for a slot).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def min_devices_serving(m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> int | None:
-    need = 1 if job.batch == "max" else job.batch
+    waits = job.mode == "concurrency" and plan.disaggregation is None  # the other clients wait for a slot
+    need = 1 if job.batch == "max" or waits else job.batch
     kv = m.kv_heads
     tps = [t for t in _divisors(m.num_attention_heads) if kv % t == 0 or t % kv == 0]
     best: int | None = None

@@ -239,6 +239,12 @@ def _serving_verdict(est: Estimate, phases: list[PhaseDiagnosis]) -> str:
     kv_note = ""
     if w > 0 and kv > w:
         kv_note = f" The KV cache ({format_bytes(kv)} per device) is {kv / w:.1f}x the weights ({format_bytes(w)})."
+    f = est.ledger.serving
+    if f is not None and f.running < f.batch:
+        kv_note += (
+            f" Device memory holds {f.running} of the {f.batch} clients' requests at once; the others wait for a slot"
+            " (fewer clients, a smaller KV cache -- quantized or offloaded -- or more devices shorten the wait)."
+        )
     return (
         f"Prefill is bound by {pre.binding_label} ({pre.binding_share:.0%}), decode by {dec.binding_label} "
         f"({dec.binding_share:.0%}); freeing the first would make prefill {_x(pre.speedup_if_free)} faster, "

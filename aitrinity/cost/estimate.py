@@ -51,11 +51,13 @@ ResourceId = Literal[
     "link:remote",
     "latency:launch",
     "latency:queueing",
+    "latency:kv_slots",
     "compute:interference",
     "capacity:hbm",
 ]
 """A resource's stable identifier: what scripts and tests compare (``resource`` is its display name).
-``capacity:hbm`` is what binds a workload that does not fit."""
+``capacity:hbm`` is what binds a workload that does not fit; ``latency:kv_slots`` the wait of clients beyond the
+requests a server holds at once (fixed concurrency)."""
 """``latency``: time no bandwidth explains -- kernel launches, collective latency, engine scheduling and
 queueing (the operator model's time above the roofline's slowest resource)."""
 
@@ -489,7 +491,7 @@ def estimate_concurrency(
         from aitrinity.cost.disaggregated_estimate import estimate_disaggregated
 
         return estimate_disaggregated(ledger, m, plan, job, system, kernels, notes)
-    c = max(ledger.serving.batch, 1)
+    c, running = max(ledger.serving.batch, 1), ledger.serving.running
     one = prefill_phase(m, qplan, system, 1, job.prompt_tokens, fx)
     ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
     lay = Layout(
@@ -509,6 +511,7 @@ def estimate_concurrency(
         job.output_tokens,
         prefill_fraction=1.0 - fx.prefix_hit,
         speculation=fx.speculation,
+        kv_slots=running if running < c else None,
     )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
     return price_concurrency(ledger, system, ss, kernels.source, notes)
@@ -544,14 +547,24 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         share = float(t) / mix_total if mix_total else 0.0
         pre_parts[op] = (OPERATOR_LABELS[op], float(steps) * share)
     pre_parts["wave"] = ("wait behind prompts arriving together", float(ss.wave_wait_s))
+    slot_wait = float(ss.slot_wait_s)
+    pre_parts["slot"] = ("wait for a KV slot (more clients than the KV cache holds)", slot_wait)
     dec_parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ss.decode_step.by_class().items()}
     dec_parts["interference"] = ("other requests' prefill in the same steps", float(ss.interference_s))
     queue = ResourceTime(
         id="latency:queueing",
         resource="queueing and scheduling",
         kind="latency",
-        time_s=max(ttft - mix_total, 0.0),
+        time_s=max(ttft - slot_wait - mix_total, 0.0),
         detail="server work per request, steps in flight, prompts arriving together (engine profile)",
+    )
+    slots = ResourceTime(
+        id="latency:kv_slots",
+        resource="KV cache slots",
+        kind="latency",
+        time_s=slot_wait,
+        detail=f"{f.running} of {f.batch} clients' requests fit in device memory at once; the others wait for one "
+        "to finish",
     )
     chunks = ResourceTime(
         id="compute:interference",
@@ -561,7 +574,7 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         detail="the amortised share of the prompts that join the running batch",
     )
     phases = [
-        with_operators(base.phases[0], system, ttft, mix_total, [queue], pre_parts),
+        with_operators(base.phases[0], system, ttft, mix_total, [queue, slots], pre_parts),
         with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
     ]
     ttft, tpot = phases[0].time_s, phases[1].time_s

@@ -92,6 +92,9 @@ class ServingFacts(Result):
     batch: int
     max_batch: int
     """Largest batch that fits in device memory (0: not even one request)."""
+    running: int
+    """Requests in device memory at once: ``batch``; at fixed concurrency with more clients than fit, ``max_batch``
+    (the others wait for a KV slot; :func:`aitrinity.cost.concurrency.steady_state`)."""
     kv_bytes_per_token: float
     """Whole-model KV bytes per cached token (before TP/PP sharding)."""
     kv_bytes_per_token_per_device: float

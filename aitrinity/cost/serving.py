@@ -219,14 +219,28 @@ def _on_device(off: Offload | None) -> float:
 
 
 def max_batch(m: ModelSpec, plan: Plan, system: System, job: ServingJob) -> int:
-    """Largest batch whose weights + KV cache + prefill workspace fit in usable device memory
-    (and whose offloaded KV and weights fit in their tiers)."""
+    """Largest batch whose device memory -- weights, KV cache, prefill workspace, logits, a prefix cache in HBM, as
+    the ledger counts it (:meth:`ServingArrays.device_bytes`) -- fits in usable device memory (and whose offloaded KV
+    and weights fit in their tiers): the exact boundary of the ledger's memory check."""
     plan, fx = effects(plan)
     weights = weight_bytes_per_device(m, plan)
-    kv_seq = kv_bytes_per_sequence_per_device(m, plan, job.prompt_tokens + job.output_tokens)
-    free = system.usable_memory_bytes - weights * _on_device(fx.weight_stream)
-    free -= prefill_workspace_bytes(m, plan, plan.prefill_chunk_tokens)
-    fit = max(int(free // (kv_seq * _on_device(fx.kv_offload) + logits_bytes_per_sequence(m))), 0)
+    prompt, ctx = job.prompt_tokens, job.output_tokens + job.prompt_tokens
+    kv_seq = kv_bytes_per_sequence_per_device(m, plan, ctx)
+    arrays, usable = _one(m, plan, fx), system.usable_memory_bytes
+
+    def fits(b: int) -> bool:
+        return bool(arrays.device_bytes(arrays.memory(np.array([float(b)]), prompt, ctx))[0] <= usable)
+
+    # each sequence adds its KV and logits, the workspace at most a chunk: bisect between the bounds those give
+    per_seq = kv_seq * _on_device(fx.kv_offload) + logits_bytes_per_sequence(m)
+    free = usable - weights * _on_device(fx.weight_stream)
+    lo = int(max(free - prefill_workspace_bytes(m, plan, plan.prefill_chunk_tokens), 0.0) // per_seq)
+    hi = int(max(free, 0.0) // per_seq) + 1
+    lo = lo if fits(lo) else 0  # fits(lo) (or 0: not even one), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    fit = lo
     if fx.kv_offload:
         cap = system.tier_capacity_per_device(fx.kv_offload.tier) or 0.0
         ws = fx.weight_stream
@@ -508,6 +522,13 @@ class ServingArrays:
         buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
         return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (r.tp * r.pp))
 
+    def device_bytes(self, mem: MemoryColumns) -> F:
+        """Each row's bytes in device memory: ``mem`` less what weight streaming and KV offload move to their tiers,
+        with a prefix cache kept in HBM (what :meth:`memory_items` lists on the device)."""
+        fx = self.fx
+        out: F = mem.weights * _on_device(fx.weight_stream) + mem.kv_cache * (1.0 - self.rows.kv_offload) + mem.buffers
+        return out + mem.prefix_cache if fx.prefix_tier == "hbm" else out
+
     def memory_items(self, mem: MemoryColumns, i: int) -> list[MemoryItem]:
         """Row ``i``'s memory as the ledger lists it: on the device, then what the exchanges moved elsewhere."""
         fx, f = self.fx, float(self.rows.kv_offload[i])
@@ -573,7 +594,11 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
     fit = max_batch(m, plan, system, job)
     plan, fx = effects(plan)
     batch = fit if job.batch == "max" else job.batch
-    bsz = max(batch, 1)  # price one request even when none fits; the memory check reports it
+    # at fixed concurrency a server holds what fits and the other clients wait for a slot (disaggregated pools: not
+    # modelled, their decode pool holds every client); price one request even when none fits (the memory check
+    # reports it)
+    waits = job.mode == "concurrency" and plan.disaggregation is None
+    bsz = max(min(batch, fit) if waits else batch, 1)
     prompt, out = job.prompt_tokens, job.output_tokens
     arrays, batches = _one(m, plan, fx), np.array([float(bsz)])
     pc = count(m)
@@ -603,6 +628,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             output_tokens=out,
             batch=batch,
             max_batch=fit,
+            running=bsz,
             kv_bytes_per_token=kv_bytes_per_token(m, plan.cache_dtype),
             kv_bytes_per_token_per_device=_kv_per_token_per_device(m, plan),
             replicas=dp,

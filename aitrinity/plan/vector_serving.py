@@ -230,8 +230,7 @@ def price_rows_deferred(
     ws = fx.weight_stream
     ws_frac = ws.fraction if ws else 0.0
     cache_share = mem.prefix_cache
-    hbm_mem = mem.weights * (1 - ws_frac) + mem.kv_cache * (1 - f) + mem.buffers
-    hbm_mem = hbm_mem + (cache_share if fx.prefix_tier == "hbm" else 0.0)
+    hbm_mem = arrays.device_bytes(mem)
     host_mem = mem.kv_cache * f + (mem.weights * ws_frac if ws and ws.tier == "host" else 0.0)
     host_mem = host_mem + (cache_share if fx.prefix_tier == "host" else 0.0)
 

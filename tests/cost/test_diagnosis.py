@@ -77,7 +77,7 @@ def test_min_devices_none_when_states_do_not_shard():
 
 def test_min_devices_serving():
     m = catalog.model("llama-3.1-70b")
-    job = ServingJob(prompt_tokens=8192, output_tokens=512, batch=8)
+    job = ServingJob(prompt_tokens=8192, output_tokens=512, batch=8, mode="static")
     system = make_system(n=8)
     n = min_devices_serving(m, job, Plan(), system)
     assert n == 4  # 141 GB of weights need more than two 80 GB devices

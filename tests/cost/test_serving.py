@@ -20,13 +20,39 @@ def test_max_batch_is_the_exact_fit_boundary(name):
     m = catalog.model(name)
     system = make_system(n=8)
     plan = Plan(tp=8, ep=1)
-    job = ServingJob(prompt_tokens=4096, output_tokens=512)
+    job = ServingJob(prompt_tokens=4096, output_tokens=512, mode="static")  # a batch held at once
     b = max_batch(m, plan, system, job)
     if b == 0:
         assert not _fits(m, plan, system, job, 1)
         return
     assert _fits(m, plan, system, job, b)
     assert not _fits(m, plan, system, job, b + 1)
+
+
+def test_clients_beyond_what_fits_wait_for_a_kv_slot():
+    """At fixed concurrency a server holds the requests that fit and the other clients wait: the ledger keeps
+    ``max_batch`` requests in memory, and the TTFT adds the closed loop's wait for a slot, the steady state's own."""
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.estimate import price_serving_ledger
+    from aitrinity.cost.kernels import roofline
+    from aitrinity.cost.operators import Layout
+
+    m, system, plan = catalog.model("qwen3-32b"), make_system(n=1), Plan()
+    job = ServingJob(prompt_tokens=4096, output_tokens=512, batch=128)
+    led = serving_ledger("s", m, job, plan, system)
+    f = led.serving
+    assert f.batch == 128 and 1 < f.max_batch < 128 and f.running == f.max_batch
+    held = serving_ledger("s", m, job.model_copy(update={"batch": f.max_batch}), plan, system)
+    assert led.memory_bytes() == held.memory_bytes() <= system.usable_memory_bytes
+    est = price_serving_ledger(led, m, plan, job, system)
+    assert est.memory.fits
+    ss = steady_state(m, roofline(system.device), Layout(), 128, 4096, 512, kv_slots=f.max_batch)
+    assert est.serving.ttft_s == pytest.approx(float(ss.ttft_s), rel=1e-12)
+    slots = {r.id: r.time_s for r in est.phases[0].resources}["latency:kv_slots"]
+    assert slots == pytest.approx(float(ss.slot_wait_s), rel=1e-12) and slots > 0.5 * est.serving.ttft_s
+    # a static batch of 128 is held at once: it does not fit
+    static = serving_ledger("s", m, job.model_copy(update={"mode": "static"}), plan, system)
+    assert static.serving.running == 128 and static.memory_bytes() > system.usable_memory_bytes
 
 
 def test_batch_max_uses_the_largest_batch():

@@ -54,6 +54,8 @@ def test_serving_search_equals_brute_force(objective, budget):
                         est = price_serving_ledger(led, m, plan, row_job, system)
                         if not (est.memory.fits and all(t.fits for t in est.lower_tiers)):
                             continue
+                        if led.serving.running < b:  # a concurrency the planner proposes runs all its clients
+                            continue
                         drop = registry.quality_of(plan.exchanges).accuracy_drop
                         if drop > job.max_accuracy_drop:
                             continue
