@@ -128,7 +128,7 @@ def metrics(d: Diagnosis) -> str:
         clients = "concurrency" if s.mode == "concurrency" else "batch"
         parts += [
             f"{clients} {led.batch} (max {led.max_batch}"
-            + (f"; {led.running} at once, the others wait for a KV slot)" if led.running < led.batch else ")"),
+            + (f"; {led.running} at once, the others wait for a KV slot)" if 0 < led.running < led.batch else ")"),
             f"TTFT {format_time(s.ttft_s)}",
             f"TPOT {format_time(s.tpot_s)}",
             f"{s.output_tokens_per_s:,.0f} output tokens/s",

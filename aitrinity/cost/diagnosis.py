@@ -240,7 +240,7 @@ def _serving_verdict(est: Estimate, phases: list[PhaseDiagnosis]) -> str:
     if w > 0 and kv > w:
         kv_note = f" The KV cache ({format_bytes(kv)} per device) is {kv / w:.1f}x the weights ({format_bytes(w)})."
     f = est.ledger.serving
-    if f is not None and f.running < f.batch:
+    if f is not None and 0 < f.running < f.batch:
         kv_note += (
             f" Device memory holds {f.running} of the {f.batch} clients' requests at once; the others wait for a slot"
             " (fewer clients, a smaller KV cache -- quantized or offloaded -- or more devices shorten the wait)."

@@ -511,7 +511,7 @@ def estimate_concurrency(
         job.output_tokens,
         prefill_fraction=1.0 - fx.prefix_hit,
         speculation=fx.speculation,
-        kv_slots=running if running < c else None,
+        kv_slots=running if 0 < running < c else None,  # (none fits: the memory check says so)
     )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
     return price_concurrency(ledger, system, ss, kernels.source, notes)

@@ -94,7 +94,7 @@ class ServingFacts(Result):
     """Largest batch that fits in device memory (0: not even one request)."""
     running: int
     """Requests in device memory at once: ``batch``; at fixed concurrency with more clients than fit, ``max_batch``
-    (the others wait for a KV slot; :func:`aitrinity.cost.concurrency.steady_state`)."""
+    (the others wait for a KV slot; :func:`aitrinity.cost.concurrency.steady_state`; 0: not even one fits)."""
     kv_bytes_per_token: float
     """Whole-model KV bytes per cached token (before TP/PP sharding)."""
     kv_bytes_per_token_per_device: float

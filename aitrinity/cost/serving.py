@@ -598,7 +598,8 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
     # modelled, their decode pool holds every client); price one request even when none fits (the memory check
     # reports it)
     waits = job.mode == "concurrency" and plan.disaggregation is None
-    bsz = max(min(batch, fit) if waits else batch, 1)
+    running = min(batch, fit) if waits else batch
+    bsz = max(running, 1)
     prompt, out = job.prompt_tokens, job.output_tokens
     arrays, batches = _one(m, plan, fx), np.array([float(bsz)])
     pc = count(m)
@@ -628,7 +629,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             output_tokens=out,
             batch=batch,
             max_batch=fit,
-            running=bsz,
+            running=running,
             kv_bytes_per_token=kv_bytes_per_token(m, plan.cache_dtype),
             kv_bytes_per_token_per_device=_kv_per_token_per_device(m, plan),
             replicas=dp,

@@ -50,6 +50,11 @@ def test_clients_beyond_what_fits_wait_for_a_kv_slot():
     assert est.serving.ttft_s == pytest.approx(float(ss.ttft_s), rel=1e-12)
     slots = {r.id: r.time_s for r in est.phases[0].resources}["latency:kv_slots"]
     assert slots == pytest.approx(float(ss.slot_wait_s), rel=1e-12) and slots > 0.5 * est.serving.ttft_s
+    # a server that cannot hold one request: no slot to wait for, it does not fit
+    none = serving_ledger("s", m, job, plan, make_system(n=1, device="l40s"))
+    assert none.serving.running == none.serving.max_batch == 0
+    est = price_serving_ledger(none, m, plan, job, make_system(n=1, device="l40s"))
+    assert not est.memory.fits and "latency:kv_slots" not in {r.id for r in est.phases[0].resources}
     # a static batch of 128 is held at once: it does not fit
     static = serving_ledger("s", m, job.model_copy(update={"mode": "static"}), plan, system)
     assert static.serving.running == 128 and static.memory_bytes() > system.usable_memory_bytes
