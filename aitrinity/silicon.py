@@ -10,6 +10,7 @@ and the used engine version, and why a fallback happened, for stderr and ``--jso
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, TableKernels,
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import DeviceSpec
 
-__all__ = ["ENGINES", "KernelChoice", "generic_params", "kernels", "roofline", "table_kernels"]
+__all__ = ["ENGINES", "KernelChoice", "block_scaled", "generic_params", "kernels", "roofline", "table_kernels"]
 
 ENGINES = tuple(ENGINE_PROFILES)
 """Engines a scenario may name: those with a scheduling profile (``generic`` among them)."""
@@ -94,3 +95,10 @@ def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> T
     return TableKernels(
         gemm, attention, all_reduce, roofline(dev), source=f"table {label}", all_to_all_grids=all_to_all, moe_grids=moe
     )
+
+
+def block_scaled(k: Kernels) -> Kernels:
+    """``k`` for fp8 weights with block scales (DeepSeek-V3's checkpoints, a measured run's ``fp8_block``): the
+    block-scaled kernels' tables first (:attr:`~aitrinity.cost.kernels.TableKernels.fp8_block`). The roofline has
+    one fp8 and is returned as is."""
+    return dataclasses.replace(k, fp8_block=True) if isinstance(k, TableKernels) else k

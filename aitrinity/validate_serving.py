@@ -27,10 +27,10 @@ silently dropped.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +118,7 @@ class ServingValidation(Result):
         return self.groups[0]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Pool:
     """One engine layout of a run: ``workers`` instances of ``tp x dp`` GPUs (``pp`` stages), MoE ``moe_tp x ep``."""
 
@@ -134,7 +134,7 @@ class _Pool:
         return " ".join(parts)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Row:
     id: str
     model: str
@@ -151,6 +151,9 @@ class _Row:
     osl: int
     ttft_ms: float
     tpot_ms: float
+    fp8_block: bool = False
+    """Its fp8 weights are block-scaled (``gemm_quant_mode`` or ``moe_quant_mode`` ``fp8_block``): priced with the
+    block-scaled kernels' tables (:func:`aitrinity.silicon.block_scaled`)."""
 
     @property
     def tp(self) -> int:
@@ -241,6 +244,7 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
         osl=_int(raw, "osl"),
         ttft_ms=float(raw["silicon_ttft_ms"]),
         tpot_ms=float(raw["silicon_tpot_ms"]),
+        fp8_block="fp8_block" in (quant, (raw.get("moe_quant_mode") or "").strip()),
     )
 
 
@@ -277,15 +281,17 @@ def price_rows(
     rows: list[_Row], tables: bool = True, progress: Callable[[int, int], None] | None = None
 ) -> tuple[list[PricedRun], list[str], list[str]]:
     """Price every row, one vectorized call per (model, GPU, engine, dtype, layout) group."""
-    groups: dict[tuple[str, str, str, str | None, str, _Pool, _Pool | None], list[_Row]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str | None, str, bool, _Pool, _Pool | None], list[_Row]] = defaultdict(list)
     for r in rows:
-        groups[(r.model, r.device, r.engine, r.version, r.dtype, r.pool, r.prefill)].append(r)
+        groups[(r.model, r.device, r.engine, r.version, r.dtype, r.fp8_block, r.pool, r.prefill)].append(r)
     priced: list[PricedRun] = []
     sources: set[str] = set()
     notes: set[str] = set()
-    for done, ((model, device, engine, version, dtype, pool, prefill), rs) in enumerate(groups.items(), start=1):
+    for done, ((model, device, engine, version, dtype, block, pool, prefill), rs) in enumerate(groups.items(), 1):
         m, dev = catalog.model(model), catalog.device(device)
         choice = silicon.kernels(dev, engine, version, tables)
+        if block:
+            choice = dataclasses.replace(choice, kernels=silicon.block_scaled(choice.kernels))
         sources.add(choice.source)
         if choice.note:
             notes.add(choice.note)

@@ -186,3 +186,30 @@ def test_attention_dp_expert_parallel_pipeline_and_disaggregated_runs_are_priced
     for s in report.skipped:
         assert BAD[s.id][1] in s.reason
     assert any(g.group == "layout=tp1 dp8 ep8" for g in report.groups)
+
+
+def test_a_block_scaled_fp8_run_is_priced_with_the_block_scaled_kernels(tmp_path):
+    """DeepSeek-V3's runs name their precision fp8_block (128 x 128 weight scales): they run the block-scaled kernels,
+    which on TensorRT-LLM are faster than its per-tensor fp8 GEMM at decode's few rows; the same run named fp8 keeps
+    the per-tensor tables."""
+    from aitrinity import catalog, silicon
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.kv_pool import kv_pool, kv_slots
+
+    sizes = {"tp_size": 8, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 8, "batch_size": 4}
+    rows = [
+        _row("block", "deepseek-ai/DeepSeek-V3", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block", **sizes),
+        _row("tensor", "deepseek-ai/DeepSeek-V3", gemm_quant_mode="fp8", **sizes),
+    ]
+    f = tmp_path / "runs.csv"
+    f.write_text("\n".join([",".join(HEADER), *rows]))
+    runs = {r.id: r for r in vs.validate(f, tables=True).runs}
+    assert runs["block"].tpot_predicted_s < runs["tensor"].tpot_predicted_s
+    [row] = [r for r in vs.read_rows(f)[0] if r.id == "block"]
+    assert row.fp8_block and row.dtype == "fp8"
+    m, dev = catalog.model("deepseek-v3"), catalog.device("h100-sxm")
+    k = silicon.block_scaled(silicon.kernels(dev, "trtllm", row.version).kernels)
+    lay = vs.row_layout(row)
+    slots = kv_slots(m, lay, dev.memory_capacity_bytes, 1024, 128, kv_pool("trtllm"))
+    want = steady_state(m, k, lay, 4, 1024, 128, kv_slots=slots)
+    assert runs["block"].tpot_predicted_s == pytest.approx(float(want.tpot_s), rel=1e-12)

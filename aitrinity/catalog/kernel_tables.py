@@ -8,8 +8,8 @@ all-reduce on 8 x H100 reaches a bus bandwidth of ~445 GB/s at 512 MiB, and 222 
 all-to-all (MoE token dispatch and combine) comes from NCCL's table, the newest NCCL version measured, as
 nccl-tests counts it: each GPU's send buffer, a ``1/n`` share to each of the ``n`` GPUs. A version that did not
 measure a table again says so in its folder's ``reuse.yaml`` (``reuse: [{table, from_version}]``: TensorRT-LLM
-1.3.0rc23's GEMM and MoE tables on B200, B300, GB200 and GB300 are 1.3.0rc20's); such a table is read from the
-version it names.
+1.3.0rc23's GEMM table on B200, B300, GB200 and GB300 is 1.3.0rc20's, and so are its MoE shapes but DeepSeek-V4's,
+which it measured again); such a table is read from the version it names, after the version's own file.
 
 Installed with ``pip install 'aitrinity[silicon]'`` (which brings pyarrow). Only the per-operator tables
 are read. The same package ships ``systems/silicon_sample.csv`` (end-to-end runs kept apart as an
@@ -143,25 +143,36 @@ def table_path(root: Path, op: str, engine: str, version: str, table: str) -> Pa
     """The file of ``table`` for ``version``: its own, or the one of the version its ``reuse.yaml`` names for that
     table (followed in turn; a cycle or an unreadable declaration leaves the version's own path, which then reads
     as missing)."""
+    found = table_paths(root, op, engine, version, table)
+    return found[0] if found else root / op / engine / version / f"{table}.parquet"
+
+
+def table_paths(root: Path, op: str, engine: str, version: str, table: str) -> list[Path]:
+    """The files of ``table`` for ``version``, its own first: a version that measured some shapes again and declares
+    that "the remaining shapes reuse" an older version's table (``reuse.yaml``; TensorRT-LLM 1.3.0rc23's MoE table on
+    B200, B300, GB200 and GB300 holds only DeepSeek-V4's shapes) has both; readers take a shape from the first file
+    that measured it. The declaration is followed in turn; a cycle stops."""
+    out: list[Path] = []
     seen: set[str] = set()
-    while True:
+    while version not in seen:
+        seen.add(version)
         folder = root / op / engine / version
         path = folder / f"{table}.parquet"
-        if path.is_file() or version in seen:
-            return path
-        seen.add(version)
+        if path.is_file():
+            out.append(path)
         try:
             doc = yaml.safe_load((folder / "reuse.yaml").read_text())
         except (OSError, yaml.YAMLError):
-            return path
+            break
         names = [
             r.get("from_version")
             for r in (doc.get("reuse") if isinstance(doc, dict) else None) or []
             if isinstance(r, dict) and r.get("table") == table
         ]
         if not names or not names[0]:
-            return path
+            break
         version = str(names[0])
+    return out
 
 
 def _read(path: Path, columns: list[str], optional: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
@@ -229,12 +240,15 @@ def _groups(rows: dict[str, np.ndarray], by: list[str]) -> Iterator[tuple[tuple[
 
 
 def _gemm(root: Path, c: TableChoice) -> dict[str, MeasuredGrid]:
-    rows = _read(table_path(root, "gemm", c.engine, c.version, "gemm_perf"), ["gemm_dtype", "m", "n", "k", "latency"])
-    out = {}
-    for (dtype,), sel in _groups(rows, ["gemm_dtype"]):
-        name = GEMM_DTYPES.get(str(dtype))
-        if name:
-            out[name] = _grid([rows["m"][sel], rows["n"][sel], rows["k"][sel]], rows["latency"][sel] * 1e-3)
+    """By dtype, from the first file (:func:`table_paths`) that measured it."""
+    out: dict[str, MeasuredGrid] = {}
+    paths = table_paths(root, "gemm", c.engine, c.version, "gemm_perf")
+    for path in paths or [table_path(root, "gemm", c.engine, c.version, "gemm_perf")]:  # (none: reads as missing)
+        rows = _read(path, ["gemm_dtype", "m", "n", "k", "latency"])
+        for (dtype,), sel in _groups(rows, ["gemm_dtype"]):
+            name = GEMM_DTYPES.get(str(dtype))
+            if name and name not in out:
+                out[name] = _grid([rows["m"][sel], rows["n"][sel], rows["k"][sel]], rows["latency"][sel] * 1e-3)
     return out
 
 
@@ -311,19 +325,20 @@ def _moe(root: Path, c: TableChoice) -> dict[MoEKey, MeasuredGrid]:
     the step."""
     have = versions(c.system, "moe", c.engine)
     older = [v for v in have if _version_key(v) <= _version_key(c.version)] or have
+    cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    by = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
     for v in reversed(older):
-        path = table_path(root, "moe", c.engine, v, "moe_perf")
-        if not path.is_file():
+        paths = table_paths(root, "moe", c.engine, v, "moe_perf")
+        if not paths:
             continue
-        cols = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
-        rows = _read(path, [*cols, "moe_ep_size", "distribution", "latency"])
         out: dict[MoEKey, MeasuredGrid] = {}
-        by = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
-        for (dtype, h, f, k, e, tp, ep, routing), sel in _groups(rows, [*by, "distribution"]):
-            name = MOE_DTYPES.get(str(dtype))
-            if name and sel.any():
-                key = (name, int(h), int(f), int(k), int(e), int(tp), int(ep), str(routing))
-                out[key] = _grid([rows["num_tokens"][sel]], rows["latency"][sel] * 1e-3)
+        for path in paths:  # a shape from the first file that measured it (the version's own, then the reused)
+            rows = _read(path, [*cols, "moe_ep_size", "distribution", "latency"])
+            for (dtype, h, f, k, e, tp, ep, routing), sel in _groups(rows, [*by, "distribution"]):
+                name = MOE_DTYPES.get(str(dtype))
+                key = (str(name), int(h), int(f), int(k), int(e), int(tp), int(ep), str(routing))
+                if name and sel.any() and key not in out:
+                    out[key] = _grid([rows["num_tokens"][sel]], rows["latency"][sel] * 1e-3)
         return out
     return {}
 

@@ -359,13 +359,17 @@ class TableKernels:
     """NCCL's measured all-to-all by GPU count; axis: each GPU's send buffer, bytes."""
     moe_grids: dict[tuple[str, int, int, int, int, int, int, str], Grid] = field(default_factory=dict)
     """The engine's fused MoE by (dtype, hidden, intermediate, top-k, experts, TP, EP, routing); axis: tokens."""
+    fp8_block: bool = False
+    """fp8 weights are block-scaled (128 x 128 scales: DeepSeek-V3's checkpoints; aiconfigurator's ``fp8_block``):
+    an fp8 GEMM or MoE takes the block-scaled kernels' tables first. False: per-tensor scales first (the tables'
+    ``fp8``), block-scaled where per-tensor was not measured."""
 
     def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
         if np.ndim(shape.tp) or np.ndim(shape.ep):  # many layouts: each (TP, EP) pair is its own table
             pair = np.asarray(shape.tp) * _PAIR + np.asarray(shape.ep)
             return per_value(pair, lambda p: self.moe(tokens, _pair_shape(shape, p), dtype))
         dims = (shape.hidden, shape.inter, shape.topk, shape.experts, int(shape.tp), int(shape.ep))
-        for d in (dtype, "fp8_block") if dtype == "fp8" else (dtype,):  # block-scaled fp8 where per-tensor is not
+        for d in self._fp8_order(dtype):
             grid = self.moe_grids.get((d, *dims, shape.routing))
             if grid is not None:
                 return grid(tokens)
@@ -373,8 +377,16 @@ class TableKernels:
             self.fallbacks.add(f"moe {dtype} {'x'.join(map(str, dims))} {shape.routing}")
         return np.full(np.shape(tokens), np.nan)
 
+    def _fp8_order(self, dtype: str) -> tuple[str, ...]:
+        """The tables' dtypes an fp8 query reads, in order (:attr:`fp8_block`)."""
+        if dtype != "fp8":
+            return (dtype,)
+        return ("fp8_block", "fp8") if self.fp8_block else ("fp8", "fp8_block")
+
     def gemm(self, m: ArrayLike, n: Size, k: Size, dtype: str) -> Array:
         grid = self.gemm_grids.get(dtype)
+        if dtype == "fp8" and self.fp8_block:
+            grid = self.gemm_grids.get("fp8_block", grid)
         if grid is None and dtype == "fp4" and "fp8" in self.gemm_grids:
             # no fp4 tensor cores before Blackwell: engines run fp4 weights through the fp8 path
             grid = self.gemm_grids["fp8"]

@@ -1,11 +1,13 @@
 """The measured kernel tables of aiconfigurator-core ([silicon] extra, installed by the dev extra)."""
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from aitrinity import catalog, silicon
 from aitrinity.catalog import kernel_tables as kt
+from aitrinity.cost.kernels import MoEShape
 from aitrinity.errors import SpecError
 
 
@@ -188,6 +190,72 @@ def test_reuse_declarations_are_followed_in_turn_and_a_cycle_stops(tmp_path):
     assert kt.table_path(tmp_path, "gemm", "trtllm", "3", "moe_perf") == tmp_path / "gemm/trtllm/3/moe_perf.parquet"
     cycle = kt.table_path(tmp_path, "gemm", "trtllm", "b", "gemm_perf")
     assert not cycle.exists()  # read as a missing table: one line, never a loop
+
+
+def test_a_version_that_measured_some_shapes_again_reads_the_rest_from_the_table_it_reuses():
+    """TensorRT-LLM 1.3.0rc23's MoE table on B200 holds only DeepSeek-V4's shapes; its reuse.yaml says the remaining
+    shapes are 1.3.0rc20's. Both are read, the version's own first: until 2026-12-05 only rc23's file was, so every
+    other MoE (DeepSeek-V3, Qwen3-235B) fell back to grouped GEMMs and came out 1.3-3.7x slower than aiconfigurator
+    prices the same step from the same tables (benchmarks/bench_aic_steps.py)."""
+    root = kt.data_root() / "b200_sxm"
+    paths = kt.table_paths(root, "moe", "trtllm", "1.3.0rc23", "moe_perf")
+    assert paths == [root / f"moe/trtllm/{v}/moe_perf.parquet" for v in ("1.3.0rc23", "1.3.0rc20")]
+    k = silicon.kernels(catalog.device("b200"), "trtllm").kernels
+    assert k.source == "table b200_sxm/trtllm/1.3.0rc23"
+    old = pq.read_table(paths[1]).to_pydict()
+    i = next(
+        i
+        for i in range(len(old["latency"]))
+        if old["moe_dtype"][i] == "fp8_block"
+        and old["num_experts"][i] == 256
+        and old["hidden_size"][i] == 7168
+        and old["moe_ep_size"][i] == 8
+        and old["distribution"][i] == "balanced"
+        and old["num_tokens"][i] >= 16
+    )
+    key = ("moe_dtype", "num_experts", "hidden_size", "inter_size", "topk", "moe_tp_size", "moe_ep_size")
+    same = [j for j in range(len(old["latency"])) if all(old[c][j] == old[c][i] for c in (*key, "num_tokens"))]
+    fastest = min(old["latency"][j] for j in same if old["distribution"][j] == "balanced")  # the table's kernel
+    shape = MoEShape(7168, old["inter_size"][i], old["topk"][i], 256, old["moe_tp_size"][i], 8, "balanced")
+    assert float(silicon.block_scaled(k).moe(old["num_tokens"][i], shape, "fp8")) == pytest.approx(fastest * 1e-3)
+
+
+def test_a_shape_comes_from_the_first_file_that_measured_it(tmp_path):
+    def version(v: str, rows: list[tuple[str, int, float]], reuse: str | None = None) -> None:
+        d = tmp_path / "gemm" / "trtllm" / v
+        d.mkdir(parents=True)
+        cols = {
+            "gemm_dtype": [r[0] for r in rows],
+            "m": [r[1] for r in rows],
+            "n": [64] * len(rows),
+            "k": [64] * len(rows),
+            "latency": [r[2] for r in rows],
+        }
+        pq.write_table(pa.table(cols), d / "gemm_perf.parquet")
+        if reuse:
+            (d / "reuse.yaml").write_text(f"schema_version: 1\nreuse:\n- table: gemm_perf\n  from_version: {reuse}\n")
+
+    version("1", [("bfloat16", 1, 1.0), ("bfloat16", 2, 2.0), ("fp8", 1, 5.0), ("fp8", 2, 6.0)])
+    version("2", [("fp8", 1, 3.0), ("fp8", 2, 4.0)], reuse="1")
+    c = kt.TableChoice("x", "trtllm", "2", None)
+    gemm = kt._gemm(tmp_path, c)
+    assert set(gemm) == {"bf16", "fp8"}
+    assert gemm["fp8"][1][0, 0, 0] == pytest.approx(3e-3)  # version 2's own measurement (3 ms), not version 1's
+    assert gemm["bf16"][1][0, 0, 0] == pytest.approx(1e-3)  # what version 2 did not measure again
+
+
+def test_block_scaled_fp8_reads_the_block_scaled_tables_first():
+    """A run whose fp8 weights carry 128 x 128 scales (DeepSeek-V3's checkpoints; a measured row's fp8_block) runs
+    the block-scaled kernels: on TensorRT-LLM they are 2-3x faster than its per-tensor fp8 GEMM at one row."""
+    k = silicon.kernels(catalog.device("h200"), "trtllm").kernels
+    block = silicon.block_scaled(k)
+    assert block is not k and block.fp8_block and not k.fp8_block
+    for n, kk in ((512, 7168), (7168, 256)):
+        assert float(block.gemm(1.0, n, kk, "fp8")) == pytest.approx(float(k.gemm(1.0, n, kk, "fp8_block")))
+        assert float(block.gemm(1.0, n, kk, "fp8")) < float(k.gemm(1.0, n, kk, "fp8"))
+    assert float(block.gemm(1.0, 512, 7168, "bf16")) == float(k.gemm(1.0, 512, 7168, "bf16"))
+    roof = silicon.roofline(catalog.device("h200"))
+    assert silicon.block_scaled(roof) is roof
 
 
 @pytest.mark.parametrize("device", ["b200", "b300", "gb200", "gb300"])
