@@ -41,7 +41,7 @@ from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.cost.ledger import Result
-from aitrinity.cost.operators import Layout
+from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.errors import SpecError, TrinityError
 from aitrinity.spec.hardware import DeviceSpec
 from aitrinity.spec.model import ModelSpec
@@ -297,7 +297,7 @@ def price_rows(
             notes.add(choice.note)
         c, isl, osl = (np.array([getattr(r, f) for r in rs], dtype=np.float64) for f in ("c", "isl", "osl"))
         if prefill is None:
-            lay = _layout(pool, dtype, engine)
+            lay = _layout(pool, dtype, engine, dev)
             slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine), pool.pp)
             ss = steady_state(m, choice.kernels, lay, c / pool.dp, isl, osl, kv_slots=slots)
             ttft, tpot = ss.ttft_s, ss.tpot_s
@@ -305,8 +305,8 @@ def price_rows(
             ds = disaggregated_steady_state(
                 m,
                 choice.kernels,
-                Pool(prefill.workers, _layout(prefill, dtype, engine), prefill.batch),
-                Pool(pool.workers, _layout(pool, dtype, engine), pool.batch),
+                Pool(prefill.workers, _layout(prefill, dtype, engine, dev), prefill.batch),
+                Pool(pool.workers, _layout(pool, dtype, engine, dev), pool.batch),
                 _kv_link(
                     dev,
                     prefill.workers * prefill.tp * prefill.dp * prefill.pp + pool.workers * pool.tp * pool.dp * pool.pp,
@@ -344,13 +344,27 @@ def price_rows(
 
 def row_layout(r: _Row) -> Layout:
     """The layout a measured run's (aggregated) server ran, as this module prices it."""
-    return _layout(r.pool, r.dtype, r.engine)
+    return _layout(r.pool, r.dtype, r.engine, catalog.device(r.device))
 
 
-def _layout(pool: _Pool, dtype: str, engine: str) -> Layout:
+def _layout(pool: _Pool, dtype: str, engine: str, dev: DeviceSpec) -> Layout:
     # TensorRT-LLM's fp8 runs keep an fp8 KV cache (NVIDIA's FP8 checkpoints quantize it; docs/silicon.md)
     kv = "fp8" if engine == "trtllm" and dtype == "fp8" else "bf16"
-    return Layout(tp=pool.tp, ep=pool.ep, attention_dp=pool.dp, weight_dtype=dtype, kv_dtype=kv, engine=engine)
+    return Layout(
+        tp=pool.tp,
+        ep=pool.ep,
+        attention_dp=pool.dp,
+        weight_dtype=dtype,
+        kv_dtype=kv,
+        engine=engine,
+        scale_out=_scale_out(dev),
+    )
+
+
+def _scale_out(dev: DeviceSpec) -> ScaleOut:
+    """The device's usual nodes (or NVLink racks) and the NIC between them: a run's EP group wider than one crosses."""
+    link = catalog.link(dev.typical_inter_node_link)
+    return ScaleOut(dev.typical_devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s)
 
 
 def _kv_link(dev: DeviceSpec, gpus: int) -> KVLink:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from aitrinity import catalog, silicon
-from aitrinity.cost.operators import Layout, StepShape, step_times
+from aitrinity.cost.operators import Layout, ScaleOut, StepShape, step_times
 
 AIC_MODEL = {
     "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
@@ -39,9 +39,10 @@ AIC_MODEL = {
     "qwen3-32b": "Qwen/Qwen3-32B",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
 }
-AIC_SYSTEM = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
-AIC_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
+AIC_SYSTEM = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200", "b300": "b300_sxm"}
+AIC_QUANT = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ CONFIGS = [
         for tp, dp in ((8, 1), (1, 8))
     ),
     *(Config("qwen3-235b-a22b", d, e, "fp8", 4, 4, 1) for d in ("h200", "b200") for e in ("trtllm", "sglang")),
+    # Blackwell racks and fp4: wide expert parallelism over the NVLink domain, fp4 weights
+    *(Config("deepseek-v3", d, "trtllm", "fp8", 1, 16, 16) for d in ("gb200", "b300")),
+    *(Config("llama-3.1-70b", d, "trtllm", "fp4", 2) for d in ("b200", "gb200")),
+    *(Config("gpt-oss-120b", d, e, "fp4", 1) for d in ("h200", "b200") for e in ("trtllm", "vllm")),
 ]
 BATCHES = (1, 16, 128)
 ISL = 2048
@@ -90,9 +95,11 @@ def aic_engine(c: Config) -> Any:  # aiconfigurator's EngineHandle (an optional 
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     quant = "fp8_block" if block_fp8(c) else AIC_QUANT[c.dtype]
-    moe = {}
+    moe: dict[str, Any] = {}
     if c.ep > 1:
         moe = {"moe_tp_size": c.tp * c.attention_dp // c.ep, "moe_ep_size": c.ep, "moe_quant_mode": quant}
+    if c.model == "gpt-oss-120b":  # its published checkpoint: MXFP4 experts, bf16 attention
+        quant, moe = "bfloat16", {**moe, "moe_quant_mode": "w4a16_mxfp4"}
     with contextlib.redirect_stderr(io.StringIO()):  # its version notes
         return EngineHandle.compile(
             AIC_MODEL[c.model],
@@ -113,8 +120,14 @@ def ours(c: Config, batch: int) -> tuple[float, float]:
     k = silicon.kernels(dev, c.engine).kernels
     if block_fp8(c):  # what aiconfigurator is told (its fp8_block)
         k = silicon.block_scaled(k)
+    link = catalog.link(dev.typical_inter_node_link)  # an EP group wider than a node crosses its NIC
     lay = Layout(
-        tp=c.tp, ep=c.ep, attention_dp=c.attention_dp if c.ep > 1 else None, weight_dtype=c.dtype, engine=c.engine
+        tp=c.tp,
+        ep=c.ep,
+        attention_dp=c.attention_dp if c.ep > 1 else None,
+        weight_dtype=c.dtype,
+        engine=c.engine,
+        scale_out=ScaleOut(dev.typical_devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s),
     )
     pre = step_times(
         m, k, lay, StepShape(np.array(0.0), np.array(1.0), np.array(1.0), np.array(float(ISL)), np.array(0.0))
@@ -160,7 +173,8 @@ def main() -> int:
     took = time.perf_counter() - start
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        kind = "MoE" if r["ep"] > 1 else ("dense, H100" if r["device"] == "h100-sxm" else "dense, H200/B200")
+        moe = catalog.model(r["model"]).moe is not None
+        kind = "MoE" if moe else ("dense, H100" if r["device"] == "h100-sxm" else "dense, other GPUs")
         groups.setdefault(kind, []).append(r)
     summary = {
         k: {

@@ -24,7 +24,7 @@ from aitrinity.cost.estimate import (
     with_operators,
 )
 from aitrinity.cost.ledger import Ledger
-from aitrinity.cost.operators import OPERATOR_LABELS, Layout
+from aitrinity.cost.operators import OPERATOR_LABELS, Layout, ScaleOut
 from aitrinity.units import format_bytes
 
 if TYPE_CHECKING:
@@ -71,9 +71,18 @@ def estimate_disaggregated(
     f = ledger.serving
     assert f is not None
     engine = system.engine
-    dec_lay = Layout(qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing)
+    out = ScaleOut.of(system)
+    dec_lay = Layout(
+        qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing, scale_out=out
+    )
     pre_lay = Layout(
-        d.prefill_tp, d.prefill_ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing
+        d.prefill_tp,
+        d.prefill_ep,
+        qplan.weights_dtype,
+        qplan.cache_dtype,
+        engine,
+        routing=job.moe_routing,
+        scale_out=out,
     )
     pre_workers = d.prefill_devices // d.prefill_tp // d.prefill_ep
     clients = max(f.batch, 1) * f.replicas

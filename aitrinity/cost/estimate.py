@@ -482,7 +482,7 @@ def estimate_concurrency(
     priced as the whole model on one TP group (PP adds capacity, not speed; the stage hops are in the
     ledger's links). ``plan`` is the scenario's (its quantizations applied here)."""
     from aitrinity.cost.concurrency import steady_state
-    from aitrinity.cost.operators import Layout
+    from aitrinity.cost.operators import Layout, ScaleOut
     from aitrinity.cost.serving import effects, prefill_phase
 
     qplan, fx = effects(plan)
@@ -501,6 +501,7 @@ def estimate_concurrency(
         kv_dtype=qplan.cache_dtype,
         engine=system.engine,
         routing=job.moe_routing,
+        scale_out=ScaleOut.of(system),
     )
     ss = steady_state(
         m,

@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.kernels import Array, Kernels, MoEShape
 from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import System
 
 Degree = int | NDArray[np.int64]
 """A parallel degree: one for every element, or one per element (the candidates of many layouts)."""
@@ -87,6 +88,39 @@ engine's MoE for the shape, its rows of that distribution are used instead."""
 
 
 @dataclass(frozen=True)
+class ScaleOut:
+    """Where the GPUs of a layout sit: NVLink domains of ``domain`` GPUs (a node of 8, a 72-GPU NVL72 rack), joined
+    by a scale-out network of ``bandwidth_Bps`` per GPU (achievable) and ``latency_s`` per collective step."""
+
+    domain: int
+    bandwidth_Bps: float
+    latency_s: float
+
+    @staticmethod
+    def of(system: System) -> ScaleOut | None:
+        """The system's nodes and the link between them (None: a single node, nothing crosses)."""
+        link = system.inter_node_link
+        if link is None:
+            return None
+        return ScaleOut(system.devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s)
+
+    def all_to_all(self, k: Kernels, payload_bytes: Array, gpus: ArrayLike) -> Array:
+        """An all-to-all of ``payload_bytes`` per GPU over ``gpus`` GPUs: within one domain, the kernels' own; over
+        several, the share bound for the GPU's own domain on NVLink (the kernels' all-to-all of that share) while the
+        rest leaves through the GPU's NIC at the same time (DeepEP's normal mode; NCCL's all-to-all likewise puts
+        the peers of other nodes on the network), the longer of the two."""
+        n = np.asarray(gpus, dtype=np.float64)
+        d = float(self.domain)
+        inside = k.all_to_all(payload_bytes, np.minimum(n, d).astype(np.int64))
+        if not np.any(n > d):
+            return inside
+        near = k.all_to_all(payload_bytes * d / n, np.minimum(n, d).astype(np.int64))
+        far = self.latency_s + payload_bytes * (n - d) / n / self.bandwidth_Bps
+        out: Array = np.where(n > d, np.maximum(near, far), inside)
+        return out
+
+
+@dataclass(frozen=True)
 class Layout:
     """How the model is split and stored: TP degree, EP degree (MoE), and the dtypes kernels run in.
 
@@ -106,6 +140,9 @@ class Layout:
     routing: str = "power_law_1.01"
     """How the tokens spread over the experts (:data:`ROUTING_SKEW`): ``balanced``, or power-law expert popularity
     (``power_law_1.01``, the default of NVIDIA's aiconfigurator, or the steeper ``power_law_1.2``)."""
+    scale_out: ScaleOut | None = None
+    """The NVLink domains the GPUs sit in and the network between them: an EP group larger than a domain sends the
+    tokens bound for other domains over it. None: every group inside one domain."""
 
     def __post_init__(self) -> None:
         tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
@@ -313,7 +350,8 @@ def step_times(
         dispatch = np.where(spread & (np.asarray(lay.ep) > 1), lay.ep, 1)
         gather = np.where(spread & (np.asarray(lay.ep) <= 1), tp * lay.dp, 1)
         routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
-        comm = comm + 2.0 * m.num_moe_layers * k.all_to_all(routed, dispatch)
+        a2a = k.all_to_all(routed, dispatch) if lay.scale_out is None else lay.scale_out.all_to_all(k, routed, dispatch)
+        comm = comm + 2.0 * m.num_moe_layers * a2a
         comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, gather)
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape

@@ -24,7 +24,7 @@ from aitrinity.cost.disaggregated import Pool, disaggregated_steady_state
 from aitrinity.cost.disaggregated_estimate import kv_link
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
-from aitrinity.cost.operators import Layout
+from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.cost.serving import effects, max_batch, weight_bytes_per_device
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
@@ -115,6 +115,7 @@ def search_splits(
     batches = np.array(sorted({*BATCHES, job.batch} if isinstance(job.batch, int) else BATCHES), dtype=np.float64)
     cols: dict[str, list[np.ndarray]] = {f: [] for f in _COLUMNS}
     shapes = pool_layouts(m, system)
+    engine, routing, out = system.engine, job.moe_routing, ScaleOut.of(system)
     memory_bound = 0
     for tp_p, ep_p in shapes:
         pre_plan = qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
@@ -140,11 +141,11 @@ def search_splits(
                 k,
                 Pool(
                     pd / step_p,
-                    Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, system.engine, routing=job.moe_routing),
+                    Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, engine, routing=routing, scale_out=out),
                 ),
                 Pool(
                     (n - pd) / step_d,
-                    Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, system.engine, routing=job.moe_routing),
+                    Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, engine, routing=routing, scale_out=out),
                 ),
                 link,
                 b * dec_replicas,

@@ -25,7 +25,7 @@ from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.estimate import GPU_CHANNELS, roofline_times
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, Kernels, MixedKernels, roofline
-from aitrinity.cost.operators import Layout
+from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.cost.serving import KV_DTYPES as KV_DTYPES
 from aitrinity.cost.serving import WEIGHT_DTYPES as WEIGHT_DTYPES
 from aitrinity.cost.serving import (
@@ -167,7 +167,7 @@ def answer_steady(
             ss = steady_state(
                 m,
                 mixed,
-                Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing),
+                Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system)),
                 key // (nk * nw),
                 job.prompt_tokens,
                 job.output_tokens,

@@ -77,6 +77,31 @@ def test_expert_parallel_moe_steps_pay_two_all_to_alls_per_moe_layer(k):
     assert float(k.all_to_all(1e9, 2)) < float(k.all_to_all(1e9, 4)) < float(k.all_reduce(1e9, 4))
 
 
+def test_an_expert_group_wider_than_a_node_sends_the_other_nodes_share_over_the_network(k):
+    """DeepSeek-V3 with EP 16 over HGX nodes of 8: half of each dispatch and combine leaves through the GPU's NIC
+    while the other half stays on NVLink (the longer of the two); on a 72-GPU NVLink rack the same group stays
+    inside, as without a scale-out at all."""
+    from aitrinity.cost.operators import ScaleOut
+
+    m, shape = catalog.model("deepseek-v3"), StepShape(decode=128.0, context=2048.0)
+    ib = ScaleOut(8, 0.85 * 100e9, 5e-6)
+    rack = step_times(m, k, Layout(tp=1, ep=16, scale_out=ScaleOut(72, 0.85 * 100e9, 5e-6)), shape)
+    alone = step_times(m, k, Layout(tp=1, ep=16), shape)
+    nodes = step_times(m, k, Layout(tp=1, ep=16, scale_out=ib), shape)
+    assert float(rack.communication) == float(alone.communication)
+    lay = Layout(tp=1, ep=16)
+    routed = 128.0 * m.moe.experts_per_token * m.hidden_size * 2.0 * lay.skew
+    far = 5e-6 + routed * 8 / 16 / (0.85 * 100e9)
+    near = float(k.all_to_all(routed * 8 / 16, 8))
+    assert far > near  # the NIC is the slower half here
+    extra = 2.0 * m.num_moe_layers * (far - float(k.all_to_all(routed, 16)))
+    assert float(nodes.communication - alone.communication) == pytest.approx(extra)
+    assert float(nodes.gemm) == float(alone.gemm) and float(nodes.attention) == float(alone.attention)
+    # within a node nothing changes
+    inside = step_times(m, k, Layout(tp=1, ep=8, scale_out=ib), shape)
+    assert float(inside.communication) == float(step_times(m, k, Layout(tp=1, ep=8), shape).communication)
+
+
 def test_a_prefill_over_a_cached_prefix_adds_the_new_rows_of_the_causal_matrix(k, m):
     """4k new tokens after 12k cached ones: the attention of the new rows (16k² − 12k² cells over two, against
     4k² for the new tokens alone), the same GEMMs."""
@@ -217,3 +242,42 @@ def test_sparse_attention_reads_the_top_k_tokens_and_the_indexer_reads_them_all(
     assert attention(m, 1024.0) > attention(dense, 1024.0)
     with pytest.raises(ValueError, match="come together"):
         MLASpec.model_validate({**m.mla.model_dump(), "index_topk": None})
+
+
+def test_diagnose_prices_an_expert_group_across_nodes_on_the_scale_out_network():
+    """The scenario's topology reaches the operator model: DeepSeek-R1 with EP 16 on two 8-GPU H200 nodes decodes
+    slower than on one 16-GPU NVLink domain with the same GPUs and link (the all-to-all's far half crosses the NIC)."""
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    def tpot(per_node: int) -> float:
+        doc = {
+            "name": "wide-ep",
+            "system": {
+                "device": "h200",
+                "num_devices": 16,
+                "devices_per_node": per_node,
+                "inter_node_link": "infiniband-ndr",
+            },
+            "workload": {"model": "deepseek-r1", "serving": {"prompt_tokens": 1024, "output_tokens": 256, "batch": 64}},
+            "plan": {"tp": 1, "ep": 16, "weight_dtype": "fp8"},
+        }
+        return api.estimate(api.resolve(validate(Scenario, doc))).serving.tpot_s
+
+    assert tpot(8) > 1.3 * tpot(16)  # 102 ms against 60 ms on 2026-12-05
+
+
+def test_the_cross_node_all_to_all_is_near_deepeps_measured_one():
+    """DeepEP's README (deepseek-ai/DeepEP, "Low-latency kernels with pure RDMA"): on H800 with a 400 Gb/s CX7 NIC per
+    GPU, 128 tokens per rank, hidden 7168, top-8 experts, EP 16 over two nodes, the BF16 combine takes 195 us (the FP8
+    dispatch 118 us). The scale-out all-to-all of the same bf16 payload over an NDR link comes within 20% of it."""
+    from aitrinity.cost.operators import ScaleOut
+
+    k = silicon.roofline(catalog.device("h100-sxm"))
+    ndr = catalog.link("infiniband-ndr")
+    out = ScaleOut(8, ndr.bandwidth_Bps * ndr.efficiency, ndr.latency_s)
+    payload = np.array(128 * 8 * 7168 * 2.0)  # uniform routing, as DeepEP's test draws it
+    combine = float(out.all_to_all(k, payload, 16))
+    assert combine == pytest.approx(195e-6, rel=0.20)
+    assert float(out.all_to_all(k, payload / 2, 16)) == pytest.approx(118e-6, rel=0.30)  # fp8: half the bytes
