@@ -252,18 +252,49 @@ def _gemm(root: Path, c: TableChoice) -> dict[str, MeasuredGrid]:
     return out
 
 
-def _attention_version(c: TableChoice) -> str | None:
-    have = versions(c.system, "attention", c.engine)
+def _attention_version(c: TableChoice, op: str = "attention") -> str | None:
+    have = versions(c.system, op, c.engine)
     if not have:
         return None
     older = [v for v in have if _version_key(v) <= _version_key(c.version)]
     return older[-1] if older else have[0]
 
 
-def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAttention]:
-    v = _attention_version(c)
+MLA_HEAD_DIM = 576
+"""DeepSeek's MLA as the attention kernels see it (``kv_lora_rank`` 512 + ``qk_rope_head_dim`` 64: one latent "KV head"
+per rank), the shape every ``mla`` table measured (DeepSeek-V2/V3/R1, Kimi-K2)."""
+
+
+def _mla(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAttention]:
+    """The engine's MLA attention kernels (``mla/<engine>/<version>/{context,generation}_mla_perf``: FlashMLA-style,
+    the prefill over the prompt, the decode over the latent cache), as one KV head of :data:`MLA_HEAD_DIM` per KV
+    dtype; a version that measured only the wide-EP module (its ``wideep_*`` tables time the projections too) has
+    none."""
+    v = _attention_version(c, "mla")
     if v is None:
         return {}
+    paths = [table_path(root, "mla", c.engine, v, f"{kind}_mla_perf") for kind in ("context", "generation")]
+    if not all(p.is_file() for p in paths):
+        return {}
+    cols = ["batch_size", "num_heads", "kv_cache_dtype", "latency"]
+    pre, dec = _read(paths[0], [*cols, "isl"]), _read(paths[1], [*cols, "step"])
+    found: dict[tuple[int, str], MeasuredAttention] = {}
+    for rows, length, kind in ((pre, pre["isl"], "prefill"), (dec, dec["step"] + 1, "decode")):
+        for (kv,), sel in _groups(rows, ["kv_cache_dtype"]):
+            name = KV_DTYPES.get(str(kv))
+            if name and sel.sum() >= 8:
+                grid = _grid(
+                    [rows["batch_size"][sel], length[sel], rows["num_heads"][sel]], rows["latency"][sel] * 1e-3
+                )
+                getattr(found.setdefault((MLA_HEAD_DIM, name), MeasuredAttention({}, {})), kind)[1] = grid
+    return {k: v for k, v in found.items() if v.prefill and v.decode}
+
+
+def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAttention]:
+    mla = _mla(root, c)
+    v = _attention_version(c)
+    if v is None:
+        return mla
     cols = ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"]
     pre = _read(
         table_path(root, "attention", c.engine, v, "context_attention_perf"), [*cols, "isl"], {"window_size": 0}
@@ -282,7 +313,7 @@ def _attention(root: Path, c: TableChoice) -> dict[tuple[int, str], MeasuredAtte
             grid = _grid([rows["batch_size"][sel], length[sel], rows["num_heads"][sel]], rows["latency"][sel] * 1e-3)
             at = found.setdefault((int(hd), name), MeasuredAttention({}, {}))
             getattr(at, kind)[int(kvh)] = grid
-    return {k: v for k, v in found.items() if v.prefill and v.decode}
+    return {**mla, **{k: v for k, v in found.items() if v.prefill and v.decode}}
 
 
 def _all_reduce(root: Path, c: TableChoice) -> dict[int, MeasuredGrid]:

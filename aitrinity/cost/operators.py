@@ -297,9 +297,18 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, lay.moe_tp, ep, lay.routing)
     measured = k.moe(tokens * dp, shape, wd)  # the tables count the MoE group's tokens
     experts = np.where(np.isnan(measured), experts, measured)
-    out = k.gemm(tokens, e.num_experts, h, "bf16") + experts
-    if e.num_shared_experts:
-        out = out + ffn(tokens, e.num_shared_experts * e.expert_intermediate_size)
+    return k.gemm(tokens, e.num_experts, h, "bf16") + experts + shared_expert_time(m, k, lay, tokens)
+
+
+def shared_expert_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array) -> Array:
+    """A MoE layer's shared experts on one rank (DeepSeek's one, Llama 4's): a dense FFN of their width, split by TP;
+    0 for a model without."""
+    e = m.moe
+    if e is None or not e.num_shared_experts:
+        return np.zeros(np.shape(tokens))
+    width, wd = e.num_shared_experts * e.expert_intermediate_size, lay.weight_dtype
+    up = k.gemm(tokens, (2 if m.mlp == "gated" else 1) * width // lay.tp, m.hidden_size, wd)
+    out: Array = up + k.gemm(tokens, m.hidden_size, width // lay.tp, wd)
     return out
 
 
@@ -339,9 +348,8 @@ def step_times(
 
     layers = m.num_layers
     samplers = np.maximum(dec + nps, 1.0)
-    gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
-    gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
+    moe_comm = np.zeros(np.shape(rows))  # a MoE layer's own collectives
     spread = np.asarray(lay.dp) > 1 if m.moe else np.False_
     if m.moe and spread.any():  # the replicas' tokens meet in each MoE layer, and go back
         # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back; without EP, every expert
@@ -351,8 +359,17 @@ def step_times(
         gather = np.where(spread & (np.asarray(lay.ep) <= 1), tp * lay.dp, 1)
         routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
         a2a = k.all_to_all(routed, dispatch) if lay.scale_out is None else lay.scale_out.all_to_all(k, routed, dispatch)
-        comm = comm + 2.0 * m.num_moe_layers * a2a
-        comm = comm + m.num_moe_layers * k.all_reduce(rows * lay.dp * h * 2.0, gather)
+        moe_comm = 2.0 * a2a + k.all_reduce(rows * lay.dp * h * 2.0, gather)
+        comm = comm + m.num_moe_layers * moe_comm
+    if m.moe and m.moe.num_shared_experts:
+        # a decode step runs as a CUDA graph, the shared experts on a second stream beside the routed path (router,
+        # dispatch, experts, combine): the layer takes the longer of the two (TensorRT-LLM's maybe_execute_in_parallel,
+        # SGLang's and vLLM's shared-expert streams; aiconfigurator's OverlapOp). Prefill steps run them in turn.
+        shared = shared_expert_time(m, k, lay, rows)
+        hidden = np.where(nps > 0, 0.0, np.minimum(shared, moe_mlp - shared + moe_comm))
+        moe_mlp = moe_mlp - hidden
+    gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
+    gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
     engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)

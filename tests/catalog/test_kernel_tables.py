@@ -268,3 +268,35 @@ def test_the_catalogs_fp4_gemm_is_fitted_at_the_peak_it_is_priced_at(device):
     m = np.array([1024.0, 4096.0, 8192.0])
     ratio = roof.gemm(m, 8192, 8192, "fp4") / table.gemm(m, 8192, 8192, "fp4")
     assert (ratio > 0.9).all() and (ratio < 1.5).all(), ratio
+
+
+def test_mla_attention_is_read_from_the_engines_mla_tables():
+    """DeepSeek's MLA attention (one latent KV head of 576 per rank) takes the engine's measured MLA kernels, prefill
+    and decode; before 2026-12-05 it always fell back to the roofline."""
+    root = kt.data_root() / "h200_sxm"
+    k = silicon.kernels(catalog.device("h200"), "trtllm").kernels
+    v = kt._attention_version(kt.choose("h200", "trtllm", None), "mla")
+    t = pq.read_table(root / "mla" / "trtllm" / v / "generation_mla_perf.parquet").to_pydict()
+    i = next(
+        i
+        for i in range(len(t["latency"]))
+        if t["kv_cache_dtype"][i] == "bfloat16"
+        and t["batch_size"][i] == 64
+        and t["num_heads"][i] == 16
+        and t["step"][i] == 2047
+    )
+    got = float(k.decode_attention(64.0, 2048.0, 16, 1, kt.MLA_HEAD_DIM, "bf16"))
+    assert got == pytest.approx(t["latency"][i] * 1e-3)
+    p = pq.read_table(root / "mla" / "trtllm" / v / "context_mla_perf.parquet").to_pydict()
+    j = next(
+        j
+        for j in range(len(p["latency"]))
+        if p["kv_cache_dtype"][j] == "bfloat16"
+        and p["batch_size"][j] == 1
+        and p["num_heads"][j] == 128
+        and p["isl"][j] == 4096
+    )
+    assert float(k.prefill_attention(1.0, 4096.0, 128, 1, kt.MLA_HEAD_DIM, "bf16")) == pytest.approx(
+        p["latency"][j] * 1e-3
+    )
+    assert not any("576" in f for f in k.fallbacks)

@@ -281,3 +281,31 @@ def test_the_cross_node_all_to_all_is_near_deepeps_measured_one():
     combine = float(out.all_to_all(k, payload, 16))
     assert combine == pytest.approx(195e-6, rel=0.20)
     assert float(out.all_to_all(k, payload / 2, 16)) == pytest.approx(118e-6, rel=0.30)  # fp8: half the bytes
+
+
+def test_a_decode_step_runs_the_shared_expert_beside_the_routed_ones(k):
+    """In a decode step (a CUDA graph) the shared expert runs on a second stream beside the router, dispatch, routed
+    experts and combine (TensorRT-LLM's maybe_execute_in_parallel; aiconfigurator's OverlapOp): each MoE layer saves
+    the shorter of the two. A step with a prompt in it runs them in turn; a MoE model without a shared expert
+    (Mixtral) has nothing to overlap."""
+    from aitrinity.cost.operators import mlp_time, shared_expert_time
+
+    m, lay = catalog.model("deepseek-v3"), Layout(tp=1, ep=8, routing="balanced")
+    decode = step_times(m, k, lay, StepShape(decode=16.0, context=2048.0))
+    rows = np.array(16.0)
+    shared = float(shared_expert_time(m, k, lay, rows))
+    routed = float(mlp_time(m, k, lay, rows, moe_layer=True)) - shared
+    a2a = decode.communication  # (the step's only collectives here are the MoE layers' dispatch and combine)
+    per_layer_a2a = float(a2a) / m.num_moe_layers
+    assert 0 < shared < routed + per_layer_a2a
+    dense = float(mlp_time(m, k, lay, rows, moe_layer=False))
+    head = float(k.gemm(rows, m.vocab_size, m.hidden_size, "bf16"))
+    from aitrinity.cost.operators import projection_time
+
+    want = m.num_layers * float(projection_time(m, k, lay, rows)) + m.num_dense_layers * dense
+    want += m.num_moe_layers * routed + head  # the shared expert hidden behind the routed path
+    assert float(decode.gemm) == pytest.approx(want)
+    mixed = step_times(m, k, lay, StepShape(decode=15.0, context=2048.0, prefill_seqs=1.0, prefill_len=1.0))
+    assert float(mixed.gemm) == pytest.approx(want + m.num_moe_layers * shared)  # the same 16 rows, in turn
+    mixtral = catalog.model("mixtral-8x7b")
+    assert float(shared_expert_time(mixtral, k, Layout(tp=1, ep=8), rows)) == 0.0
