@@ -357,14 +357,9 @@ def _layout(pool: _Pool, dtype: str, engine: str, dev: DeviceSpec) -> Layout:
         weight_dtype=dtype,
         kv_dtype=kv,
         engine=engine,
-        scale_out=_scale_out(dev),
+        # the device's usual nodes (or NVLink racks) and the NIC between them: an EP group wider than one crosses it
+        scale_out=ScaleOut.over(dev.typical_devices_per_node, catalog.link(dev.typical_inter_node_link)),
     )
-
-
-def _scale_out(dev: DeviceSpec) -> ScaleOut:
-    """The device's usual nodes (or NVLink racks) and the NIC between them: a run's EP group wider than one crosses."""
-    link = catalog.link(dev.typical_inter_node_link)
-    return ScaleOut(dev.typical_devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s)
 
 
 def _kv_link(dev: DeviceSpec, gpus: int) -> KVLink:

@@ -120,14 +120,13 @@ def ours(c: Config, batch: int) -> tuple[float, float]:
     k = silicon.kernels(dev, c.engine).kernels
     if block_fp8(c):  # what aiconfigurator is told (its fp8_block)
         k = silicon.block_scaled(k)
-    link = catalog.link(dev.typical_inter_node_link)  # an EP group wider than a node crosses its NIC
     lay = Layout(
         tp=c.tp,
         ep=c.ep,
         attention_dp=c.attention_dp if c.ep > 1 else None,
         weight_dtype=c.dtype,
         engine=c.engine,
-        scale_out=ScaleOut(dev.typical_devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s),
+        scale_out=ScaleOut.over(dev.typical_devices_per_node, catalog.link(dev.typical_inter_node_link)),
     )
     pre = step_times(
         m, k, lay, StepShape(np.array(0.0), np.array(1.0), np.array(1.0), np.array(float(ISL)), np.array(0.0))

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.kernels import Array, Kernels, MoEShape
+from aitrinity.spec.hardware import LinkSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import System
 
@@ -100,9 +101,12 @@ class ScaleOut:
     def of(system: System) -> ScaleOut | None:
         """The system's nodes and the link between them (None: a single node, nothing crosses)."""
         link = system.inter_node_link
-        if link is None:
-            return None
-        return ScaleOut(system.devices_per_node, link.bandwidth_Bps * link.efficiency, link.latency_s)
+        return None if link is None else ScaleOut.over(system.devices_per_node, link)
+
+    @staticmethod
+    def over(domain: int, link: LinkSpec) -> ScaleOut:
+        """Domains of ``domain`` GPUs joined by ``link`` (per GPU, at its achievable rate)."""
+        return ScaleOut(domain, link.bandwidth_Bps * link.efficiency, link.latency_s)
 
     def all_to_all(self, k: Kernels, payload_bytes: Array, gpus: ArrayLike) -> Array:
         """An all-to-all of ``payload_bytes`` per GPU over ``gpus`` GPUs: within one domain, the kernels' own; over

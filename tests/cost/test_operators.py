@@ -275,8 +275,7 @@ def test_the_cross_node_all_to_all_is_near_deepeps_measured_one():
     from aitrinity.cost.operators import ScaleOut
 
     k = silicon.roofline(catalog.device("h100-sxm"))
-    ndr = catalog.link("infiniband-ndr")
-    out = ScaleOut(8, ndr.bandwidth_Bps * ndr.efficiency, ndr.latency_s)
+    out = ScaleOut.over(8, catalog.link("infiniband-ndr"))
     payload = np.array(128 * 8 * 7168 * 2.0)  # uniform routing, as DeepEP's test draws it
     combine = float(out.all_to_all(k, payload, 16))
     assert combine == pytest.approx(195e-6, rel=0.20)
