@@ -137,10 +137,16 @@ def estimate(r: Resolved) -> Estimate:
     return _estimate_concurrency(r, led)
 
 
+def _kernels(r: Resolved) -> silicon.KernelChoice:
+    """The scenario's kernel times: its device, engine and version, block-scaled fp8 for a model published so."""
+    sys_ = r.system
+    return silicon.kernels(sys_.device, sys_.engine, sys_.engine_version, fp8_block=bool(r.model.fp8_weight_block))
+
+
 def _estimate_training(r: Resolved, led: Ledger) -> Estimate:
     from aitrinity.cost.estimate import estimate_training
 
-    choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
+    choice = _kernels(r)
     notes = [choice.note] if choice.note else []
     return estimate_training(led, r.model, r.scenario.plan, r.system, choice.kernels, notes)
 
@@ -154,7 +160,7 @@ def _estimate_concurrency(r: Resolved, led: Ledger) -> Estimate:
 
     job = r.scenario.workload.serving
     assert job is not None
-    choice = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version)
+    choice = _kernels(r)
     notes = [choice.note] if choice.note else []
     return estimate_concurrency(led, r.model, r.scenario.plan, job, r.system, choice.kernels, notes)
 
@@ -257,7 +263,7 @@ def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | Non
     objective = objective or "time"
     if objective not in OBJECTIVES:
         raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
-    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
+    kernels = _kernels(r).kernels
     plan = r.scenario.plan
     result = search_training(r.model, w, plan, r.system, objective, top, pareto=pareto, kernels=kernels)
     chain = training_chain(r.model, w, plan, r.system, result.best, own, kernels) if result.best else None
@@ -305,7 +311,7 @@ def _plan_serving(
         if trace_base is not None and not trace.is_absolute():
             trace = trace_base / trace
         hit_rate = partial(replayed_hit_rate, trace)
-    kernels = silicon.kernels(r.system.device, r.system.engine, r.system.engine_version).kernels
+    kernels = _kernels(r).kernels
     plan = r.scenario.plan.model_copy(update={"disaggregation": None})
     own = own.model_copy(update={"disaggregation": None}) if own is not None else None
     sres = search_serving(r.model, w, plan, r.system, objective, top, ttft, tpot, hit_rate, pareto, kernels)

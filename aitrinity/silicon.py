@@ -34,9 +34,17 @@ class KernelChoice:
     """Why the source differs from what was asked (no extra, no table, another version), or None."""
 
 
-def kernels(dev: DeviceSpec, engine: str = "generic", version: str | None = None, tables: bool = True) -> KernelChoice:
+def kernels(
+    dev: DeviceSpec, engine: str = "generic", version: str | None = None, tables: bool = True, fp8_block: bool = False
+) -> KernelChoice:
     """The kernel times for ``dev`` under ``engine``; ``tables=False`` or ``engine="generic"`` (no engine
-    named) gives the catalog roofline, so that a scenario's numbers do not depend on an optional extra."""
+    named) gives the catalog roofline, so that a scenario's numbers do not depend on an optional extra.
+    ``fp8_block``: fp8 weights with block scales (:func:`block_scaled`; a model's ``fp8_weight_block``)."""
+    choice = _kernels(dev, engine, version, tables)
+    return dataclasses.replace(choice, kernels=block_scaled(choice.kernels)) if fp8_block else choice
+
+
+def _kernels(dev: DeviceSpec, engine: str, version: str | None, tables: bool) -> KernelChoice:
     if engine not in ENGINES:
         raise SpecError("system.engine", engine, f"one of {', '.join(ENGINES)}")
     fallback = roofline(dev)
@@ -100,5 +108,5 @@ def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> T
 def block_scaled(k: Kernels) -> Kernels:
     """``k`` for fp8 weights with block scales (DeepSeek-V3's checkpoints, a measured run's ``fp8_block``): the
     block-scaled kernels' tables first (:attr:`~aitrinity.cost.kernels.TableKernels.fp8_block`). The roofline has
-    one fp8 and is returned as is."""
+    one fp8 and is returned as is. A block-scaled model's scenarios ask for it through :func:`kernels`."""
     return dataclasses.replace(k, fp8_block=True) if isinstance(k, TableKernels) else k

@@ -289,9 +289,7 @@ def price_rows(
     notes: set[str] = set()
     for done, ((model, device, engine, version, dtype, block, pool, prefill), rs) in enumerate(groups.items(), 1):
         m, dev = catalog.model(model), catalog.device(device)
-        choice = silicon.kernels(dev, engine, version, tables)
-        if block:
-            choice = dataclasses.replace(choice, kernels=silicon.block_scaled(choice.kernels))
+        choice = silicon.kernels(dev, engine, version, tables, fp8_block=block)
         sources.add(choice.source)
         if choice.note:
             notes.add(choice.note)

@@ -213,3 +213,24 @@ def test_a_block_scaled_fp8_run_is_priced_with_the_block_scaled_kernels(tmp_path
     slots = kv_slots(m, lay, dev.memory_capacity_bytes, 1024, 128, kv_pool("trtllm"))
     want = steady_state(m, k, lay, 4, 1024, 128, kv_slots=slots)
     assert runs["block"].tpot_predicted_s == pytest.approx(float(want.tpot_s), rel=1e-12)
+
+
+def test_a_scenario_of_a_block_scaled_model_runs_the_block_scaled_kernels():
+    """DeepSeek-R1's published fp8 checkpoint is block-scaled (its catalog entry says so, from config.json): a
+    scenario naming an engine prices its fp8 weights with that engine's block-scaled tables, as a measured run
+    named fp8_block is; a per-tensor model keeps the per-tensor ones."""
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    def resolved(model: str):
+        doc = {
+            "name": "s",
+            "system": {"device": "h200", "num_devices": 8, "engine": "trtllm"},
+            "workload": {"model": model, "serving": {"prompt_tokens": 1024, "output_tokens": 128, "batch": 8}},
+            "plan": {"tp": 8, "weight_dtype": "fp8"},
+        }
+        return api.resolve(validate(Scenario, doc))
+
+    assert api._kernels(resolved("deepseek-r1")).kernels.fp8_block
+    assert not api._kernels(resolved("llama-3.1-70b")).kernels.fp8_block

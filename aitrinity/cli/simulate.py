@@ -449,10 +449,10 @@ def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:
     return ClosedLoop(args.concurrency, args.isl, args.osl, total, profile(engine).request_overhead_s, spread)
 
 
-def _kernels(args: argparse.Namespace, d: DeviceSpec) -> Kernels:
+def _kernels(args: argparse.Namespace, d: DeviceSpec, m: ModelSpec) -> Kernels:
     from aitrinity import silicon
 
-    choice = silicon.kernels(d, args.engine or "generic")
+    choice = silicon.kernels(d, args.engine or "generic", fp8_block=bool(m.fp8_weight_block))
     if choice.note and not args.quiet:
         print(f"trinity: {choice.note}", file=sys.stderr)
     return choice.kernels
@@ -465,7 +465,7 @@ def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> Ope
 
     prof = profile(args.engine or "generic")
     lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic")
-    return OperatorStep(m, _kernels(args, d), lay, prof.step_overhead_s)
+    return OperatorStep(m, _kernels(args, d, m), lay, prof.step_overhead_s)
 
 
 def _steady(args: argparse.Namespace, step: OperatorStep, cfg: ServingConfig) -> dict[str, float]:
@@ -602,7 +602,7 @@ def _prefill(args: argparse.Namespace) -> int:
     capacity = int(units.parse_count(args.capacity))
     reqs = traces.load(trace)
     layout = Layout(tp=args.tp, engine=args.engine)
-    prefill = operator_prefill(m, _kernels(args, d), layout, profile(args.engine).step_overhead_s)
+    prefill = operator_prefill(m, _kernels(args, d, m), layout, profile(args.engine).step_overhead_s)
     results = []
     for c in caches:
         cfg = ClusterConfig(

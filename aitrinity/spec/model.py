@@ -99,6 +99,10 @@ class ModelSpec(Spec):
     dropout: bool = False
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    fp8_weight_block: int | None = Field(default=None, gt=0)
+    """The block of its published fp8 checkpoint's weight scales (``config.json``'s
+    ``quantization_config.weight_block_size``: 128 x 128 for DeepSeek-V3 / R1 and Kimi-K2); None: no such
+    checkpoint, or per-tensor scales. An fp8 plan of such a model runs the engines' block-scaled kernels."""
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

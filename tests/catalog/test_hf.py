@@ -97,6 +97,11 @@ def test_kimi_k2_reads_as_deepseek_v3():
     a = from_hf_config({**cfg, "model_type": "deepseek_v3"}, "a")
     b = from_hf_config({**cfg, "model_type": "kimi_k2"}, "b")
     assert count(a) == count(b) == count(v3)
+    # its published fp8 checkpoint scales weights per 128 x 128 block: an fp8 plan runs the block-scaled kernels
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    c = from_hf_config({**cfg, "model_type": "kimi_k2", "quantization_config": fp8}, "c")
+    assert c.fp8_weight_block == 128 and b.fp8_weight_block is None
+    assert catalog.model("kimi-k2").fp8_weight_block == catalog.model("deepseek-r1").fp8_weight_block == 128
 
 
 GPT_OSS = {
