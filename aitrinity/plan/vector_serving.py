@@ -47,6 +47,7 @@ Ints = NDArray[np.int64]
 REASONS = (
     "feasible",
     "device memory",
+    "more clients than device memory holds at once",  # one fits: diagnose prices the wait for a slot; not proposed
     "host (or lower-tier) memory",
     "TTFT above the SLO",
     "TPOT above the SLO",
@@ -236,6 +237,9 @@ def price_rows_deferred(
 
     host_cap = system.tier_capacity_per_device("host")
     mem_over = hbm_mem > system.usable_memory_bytes
+    waits = np.zeros(n, dtype=bool)  # at fixed concurrency: one request fits, not all the clients' at once
+    if job.mode == "concurrency" and mem_over.any():
+        waits = mem_over & (arrays.device_bytes(arrays.memory(np.ones(n), P, P + n_out)) <= system.usable_memory_bytes)
     lower_over = (host_mem > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, cache_share, n)
     no_gain = (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv))
     no_host = (f > 0) & (host_cap is None)
@@ -280,7 +284,8 @@ def price_rows_deferred(
             moved_pre = pre.moved
 
         checks = [
-            mem_over,
+            mem_over & ~waits,
+            waits,
             lower_over,
             ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
             tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),

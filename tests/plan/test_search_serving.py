@@ -130,3 +130,21 @@ def test_a_moe_model_is_searched_over_expert_parallel_degrees_too():
         system,
     )
     assert one.serving.tpot_s == pytest.approx(ep_plan.tpot_s, rel=1e-9)
+
+
+def test_a_concurrency_beyond_what_memory_holds_is_named_as_such():
+    """The search proposes only concurrencies whose requests all fit at once; the others, of which one request fits,
+    are counted apart from the layouts that do not fit at all -- a scenario asking for one is what diagnose prices
+    with the wait for a KV slot."""
+    from aitrinity.plan import search_serving as ss
+
+    m = catalog.model("qwen3-32b")
+    job = ServingJob(prompt_tokens=4096, output_tokens=512, batch=8)
+    system = make_system(n=1)
+    res = search_serving(m, job, Plan(), system, "throughput")
+    reasons = {r.reason: r.count for r in res.infeasible}
+    assert reasons["more clients than device memory holds at once"] > 0
+    assert res.best is not None and res.best.batch < max(ss.BATCHES)
+    big = job.model_copy(update={"batch": max(ss.BATCHES)})
+    led = serving_ledger("s", m, big, Plan(), system)
+    assert 0 < led.serving.running < big.batch  # diagnose: runs what fits, the rest wait
