@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import astuple
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,9 @@ from aitrinity.cost.concurrency import ENGINE_PROFILES, EngineProfile, steady_st
 from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.spec._base import validate
 from aitrinity.spec.scenario import Scenario
+
+FITTED = ("step_overhead_s", "prefill_interference", "prefill_steps", "batch_wait", "request_overhead_s")
+"""An engine profile's fitted constants (a lock-step profile reads only the first and the last)."""
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "serving_h100_dense.csv"
 GOALS = {"tables": (0.25, 0.15), "roofline": (None, 0.25)}
@@ -87,10 +90,18 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
             slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine))
             prepared.append((m, k, lay, rs, slots))
 
-        def loss(x: np.ndarray, prepared: list = prepared) -> float:
-            if (x < 0).any() or x[0] > 0.02 or x[4] > 0.5 or x[2] < 1.0:  # its own step at least
+        base = ENGINE_PROFILES.get(engine, ENGINE_PROFILES["generic"])
+        # the constants this engine's steady state reads: a lock-step engine replays its waves (no f_mix, n_prefill,
+        # w_batch); sequence_overhead_s stays 0 on GPUs
+        names = ("step_overhead_s", "request_overhead_s") if base.lockstep else FITTED
+
+        def loss(x: np.ndarray, prepared: list = prepared, base: EngineProfile = base, names: tuple = names) -> float:
+            v = dict(zip(names, x, strict=True))
+            if (x < 0).any() or v["step_overhead_s"] > 0.02 or v["request_overhead_s"] > 0.5:
                 return 1e9
-            prof = EngineProfile(*x)  # the five fitted constants (sequence_overhead_s stays 0 on GPUs)
+            if v.get("prefill_steps", 1.0) < 1.0:  # its own step at least
+                return 1e9
+            prof = replace(base, **v)
             e_tpot, e_ttft = [], []
             for m, k, lay, rs, slots in prepared:
                 c, isl, osl = [r.c for r in rs], [r.isl for r in rs], [r.osl for r in rs]
@@ -99,9 +110,9 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
                 e_ttft.extend(ss.ttft_s / np.array([r.ttft_ms * 1e-3 for r in rs]) - 1)
             return float(np.mean(np.abs(e_tpot)) + np.mean(np.abs(e_ttft)))
 
-        x0 = np.array(astuple(ENGINE_PROFILES.get(engine, ENGINE_PROFILES["generic"]))[:5], dtype=float)
+        x0 = np.array([getattr(base, n) for n in names], dtype=float)
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 600, "xatol": 1e-5, "fatol": 1e-4})
-        fitted[engine] = EngineProfile(*(float(v) for v in res.x))
+        fitted[engine] = replace(base, **{n: float(v) for n, v in zip(names, res.x, strict=True)})
         print(f"fit {engine}: {fitted[engine]} loss {res.fun:.3f} ({len(mine)} runs)", file=sys.stderr)
     return fitted
 
@@ -124,7 +135,7 @@ def main() -> int:
     meas_tpot = np.array([r.tpot_ms * 1e-3 for r in rows])
     if args.fit:
         for k, v in fit(rows, tables=True).items():
-            print(f'    "{k}": EngineProfile{tuple(round(x, 6) for x in astuple(v))},')
+            print(f"{k}: " + ", ".join(f"{n}={getattr(v, n):.6g}" for n in FITTED))
         return 0
     report: dict[str, dict[str, dict[str, float]]] = {}
     t0 = time.perf_counter()

@@ -46,6 +46,12 @@ that the simulator prefills beside the others' decodes; the formulas price every
 first round alone: within 6-18% of the simulator; over three rounds the simulator's TTFT is up to a third lower).
 ``benchmarks/bench_vllm.py`` prices vLLM's CPU engine this way; its grid's waves take one or two steps.
 
+An engine that runs prompt steps apart from decode steps (``mixed_batches=False``, SGLang) stalls the decodes
+through the waves instead of carrying them: the same count of wave steps, each whole (``t_w`` in place of
+``t_w - t_dec``), and every request of a round decodes together after the last wave, so they finish together and the
+round repeats exactly, however many steps its wave takes. A first-token lag of ``L`` steps (an overlap scheduler)
+adds the ``L`` steps after a prompt's own. SGLang's profile is of this kind (:data:`ENGINE_PROFILES`).
+
 More clients than KV slots (``kv_slots``, :mod:`aitrinity.cost.kv_pool`: the requests the engine's KV pool holds
 at once): ``n`` of the ``c`` requests run and the others wait for one to finish. The running ones are priced as
 above with ``n`` clients, each holding its slot for ``S = TTFT_n - t_request + (osl - 1)·TPOT_n``; the slots never
@@ -97,18 +103,34 @@ class EngineProfile:
     ``prefill_interference`` / ``prefill_steps`` / ``batch_wait``, which describe clients that drift apart."""
     token_budget: float = 8192.0
     """Tokens the engine processes per step (``--max-num-batched-tokens``); read by the lock-step waves."""
+    mixed_batches: bool = True
+    """Prompt work and decodes share a step (chunked prefill); False: a step with a prompt to run runs no decodes
+    (SGLang's default). Read by the lock-step waves and by the simulator
+    (:data:`aitrinity.sim.serving.ENGINE_SCHEDULING`)."""
+    first_token_lag: int = 0
+    """Steps a first token is held back (an overlap scheduler returns step n's output while n + 1 runs). Read by the
+    lock-step waves and by the simulator."""
 
 
 ENGINE_PROFILES: dict[str, EngineProfile] = {
-    "trtllm": EngineProfile(0.264e-3, 0.910, 2.860, 0.102, 0.0517),
+    "trtllm": EngineProfile(0.264e-3, 0.910, 2.860, 0.102, 0.0517, first_token_lag=1),
     "vllm": EngineProfile(1.274e-3, 1.017, 1.0, 0.145, 0.0430),
-    "sglang": EngineProfile(1.096e-3, 0.503, 3.475, 0.905, 0.0325),
+    "sglang": EngineProfile(
+        1.318e-3, 0.503, 3.475, 0.905, 5.5e-6, lockstep=True, mixed_batches=False, first_token_lag=1
+    ),
     "generic": EngineProfile(0.878e-3, 0.810, 2.445, 0.384, 0.0424),
 }
 """Fitted on ``serving_h100_dense.csv`` (579 runs, H100; re-fitted 2026-12-04 when TPOT's interference became the
 other ``c - 1`` clients' prompts, which lowered each engine's loss) by ``benchmarks/bench_silicon.py --fit``
 with the measured kernel tables, ``prefill_steps >= 1`` (a prompt takes at least its own step); ``generic`` (an
-engine not named) is the mean of the three."""
+engine not named) is the mean of the three as fitted on 2026-12-04.
+
+SGLang's runs keep their lock-step waves (its drifting fit put ``w_batch`` at 0.9: every round waits; the simulator's
+fitted output spread is 0), so since 2026-12-05 its steady state is the lock-step closed form of its own scheduling
+(separate prefill steps, the overlap scheduler's one-step lag), which the simulator replays: only its host times are
+fitted (``step_overhead_s`` 1.32 ms; ``request_overhead_s`` comes out at 5.5 us: the waves leave no room for a host
+time per request). Its ``prefill_interference`` and ``prefill_steps`` are the drifting fit's and are not read;
+``batch_wait`` is read by the disaggregated pools (:mod:`aitrinity.cost.disaggregated`)."""
 
 
 @dataclass(frozen=True)
@@ -153,17 +175,23 @@ def _lockstep(
 
     The engine is idle when a round's prompts arrive, so the first to arrive starts a step alone (``t_1``); the
     other ``c' = c - 1`` arrive during it and are prefilled in ``n' = ceil(c'·isl / B)`` wave steps ``t_w`` of
-    ``c'/n'`` prompts each, the decodes of the prompts already done riding along (``1 + c'(n'-1)/2n'`` on
-    average). The first request's decodes carry all ``n'`` wave steps, a later one's the ``(n'-1)/2`` after its
-    own on average:
+    ``c'/n'`` prompts each. In an engine that mixes (``prof.mixed_batches``) the decodes of the prompts already done
+    ride along (``1 + c'(n'-1)/2n'`` on average) and the first request's decodes carry all ``n'`` wave steps, a later
+    one's the ``(n'-1)/2`` after its own on average:
 
         TTFT = t_1 + (c'/c)·(n' + 1)/2·t_w        TPOT = t_dec + [n' + c'(n'-1)/2] / c · (t_w - t_dec) / (osl - 1)
+
+    In one that does not, a wave step runs no decodes: the requests already prefilled stall through the same steps,
+    so the same count of them is added whole, ``t_w`` each, and every request of the round decodes together after the
+    last wave. A first-token lag of ``L`` steps (:attr:`EngineProfile.first_token_lag`) adds the ``L`` steps after a
+    prompt's own: the waves still to run, then decode steps (:func:`_lag`).
     """
     rest = c - 1.0
     n = np.maximum(np.ceil(rest * s_new / prof.token_budget), 1.0)
     zero, one = np.zeros(c.shape), np.ones(c.shape)
+    riding = 1.0 + rest * (n - 1.0) / (2.0 * n) if prof.mixed_batches else zero
     shape = StepShape(
-        decode=np.stack([zero, 1.0 + rest * (n - 1.0) / (2.0 * n)]),
+        decode=np.stack([zero, riding]),
         context=np.stack([s_in, s_in]),
         prefill_seqs=np.stack([one, rest / n]),
         prefill_len=np.stack([s_new, s_new]),
@@ -171,10 +199,30 @@ def _lockstep(
     )
     first, wave = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s).total
     wave = np.where(rest > 0, wave, 0.0)
-    ttft = first + rest / c * (n + 1.0) / 2.0 * wave
-    carried = np.minimum((n + rest * (n - 1.0) / 2.0) / c, np.maximum(s_out - 1.0, 0.0))
-    tpot = decode + carried * np.maximum(wave - decode, 0.0) / np.maximum(s_out - 1.0, 1.0)
+    n = np.where(rest > 0, n, 0.0)
+    ttft = first + rest / c * (n + 1.0) / 2.0 * wave + _lag(prof.first_token_lag, c, n, wave, decode)
+    per_token = np.maximum(s_out - 1.0, 1.0)
+    steps = (n + rest * (n - 1.0) / 2.0) / c  # wave steps a request's decodes carry (or stall through), on average
+    if prof.mixed_batches:
+        tpot = decode + np.minimum(steps, s_out - 1.0) * np.maximum(wave - decode, 0.0) / per_token
+    else:
+        tpot = decode + np.where(s_out > 1.0, steps * wave / per_token, 0.0)
     return ttft, tpot
+
+
+def _lag(lag: int, c: Array, n: Array, wave: Array, decode: Array) -> Array:
+    """The mean time of the ``lag`` steps after a request's own prefill step in a lock-step round: the first request
+    (prefilled alone) sees ``min(n, L)`` wave steps, a request of wave ``j`` (``(c-1)/n`` of them) ``min(n - j, L)``;
+    the rest of its ``L`` steps are decode steps. ``sum_{j=1..n} min(n - j, L) = sum_{i=0..n-1} min(i, L)``."""
+    if lag <= 0:
+        return np.zeros(c.shape)
+    first = np.minimum(n, lag)
+    waves = np.where(n - 1.0 <= lag, n * (n - 1.0) / 2.0, lag * (lag + 1.0) / 2.0 + lag * (n - 1.0 - lag))
+    per_wave = np.where(n > 0, (c - 1.0) / np.maximum(n, 1.0), 0.0)
+    wave_steps = first + per_wave * waves
+    all_steps = lag * (1.0 + per_wave * n)  # = lag·c
+    out: Array = (wave_steps * wave + (all_steps - wave_steps) * decode) / c
+    return out
 
 
 def profile(engine: str) -> EngineProfile:

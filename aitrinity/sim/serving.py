@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from aitrinity.cost.block_index import BlockIndex
+from aitrinity.cost.concurrency import ENGINE_PROFILES
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
@@ -222,16 +223,18 @@ class EngineScheduling:
     lock-step is not known; the simulator gives it as a spread of output lengths (:class:`ClosedLoop`)."""
 
 
+OUTPUT_SPREAD: dict[str, float] = {"trtllm": 0.1, "vllm": 0.2, "sglang": 0.0, "generic": 0.1}
+"""Fitted on ``serving_h100_dense.csv`` only (``benchmarks/bench_sim_concurrency.py --fit``)."""
+
 ENGINE_SCHEDULING: dict[str, EngineScheduling] = {
-    "trtllm": EngineScheduling(first_token_lag=1, output_spread=0.1),
-    "vllm": EngineScheduling(output_spread=0.2),
-    "sglang": EngineScheduling(mixed_batches=False, first_token_lag=1, output_spread=0.0),
-    "generic": EngineScheduling(output_spread=0.1),
+    e: EngineScheduling(int(p.token_budget), p.mixed_batches, p.first_token_lag, OUTPUT_SPREAD[e])
+    for e, p in ENGINE_PROFILES.items()
 }
-"""TensorRT-LLM: mixed iterations, its overlap scheduler (on by default in the PyTorch backend) returns a token one
+"""Each engine's token budget, mixed or separate prefill iterations and first-token lag are its
+:data:`aitrinity.cost.concurrency.ENGINE_PROFILES` entry's, so the simulator and the analytic steady state schedule
+alike. TensorRT-LLM: mixed iterations, its overlap scheduler (on by default in the PyTorch backend) returns a token one
 iteration late. vLLM 0.12: mixed (chunked prefill), no async scheduling by default. SGLang: prefill iterations
-apart from decode ones (``--enable-mixed-chunk`` off by default), its overlap scheduler on. ``output_spread``
-fitted on ``serving_h100_dense.csv`` only."""
+apart from decode ones (``--enable-mixed-chunk`` off by default), its overlap scheduler on."""
 
 
 def scheduling(engine: str) -> EngineScheduling:

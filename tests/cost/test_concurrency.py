@@ -1,5 +1,7 @@
 """Fixed-concurrency steady state: Little's law, and the order of the times."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -114,6 +116,58 @@ def test_lockstep_closed_form_is_what_the_simulator_replays(setup, c, isl, osl):
     sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 3 * c, prof.request_overhead_s))
     assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.05)
     assert sim.tpot_s.mean == pytest.approx(float(ss.tpot_s), rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("mixed", "lag", "c", "isl", "osl"),
+    [
+        (False, 1, 4, 512, 32),
+        (False, 1, 16, 1024, 64),
+        (False, 2, 8, 128, 32),
+        (False, 0, 1, 512, 16),
+        (True, 1, 8, 128, 32),
+    ],
+)
+def test_lockstep_separate_prefill_steps_and_a_lag_are_what_the_simulator_replays(setup, mixed, lag, c, isl, osl):
+    """SGLang's kind of lock-step: prompt steps run no decodes, so the round's decodes stall through its waves and the
+    whole round then decodes together -- it repeats exactly even when its wave takes several steps (16 x 1,024 tokens:
+    eight of the 2,048-token budget); an overlap scheduler's lag adds the steps after a prompt's own, waves first."""
+    from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, simulate_closed_loop
+
+    m, k, lay = setup
+    prof = EngineProfile(
+        1e-3, 0.0, 1.0, 0.0, 2e-4, lockstep=True, token_budget=2048.0, mixed_batches=mixed, first_token_lag=lag
+    )
+    ss = steady_state(m, k, lay, c, isl, osl, prof)
+    cfg = for_device(
+        catalog.device("h100-sxm"),
+        1,
+        token_budget=2048,
+        max_batch=c,
+        mixed_batches=mixed,
+        first_token_lag=lag,
+        step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+    )
+    sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 3 * c, prof.request_overhead_s))
+    assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.02)
+    assert sim.tpot_s.mean == pytest.approx(float(ss.tpot_s), rel=0.01)
+    waves = steady_state(m, k, lay, c, isl, osl, replace(prof, first_token_lag=0))
+    assert float(ss.ttft_s) - float(waves.ttft_s) >= lag * float(ss.decode_step.total) * (1 - 1e-9)  # never free
+    assert float(ss.tpot_s) == float(waves.tpot_s)  # TPOT counts from when a token is computed
+
+
+def test_sglang_replays_its_waves_and_the_simulator_schedules_as_the_profile_says():
+    from aitrinity.sim.serving import scheduling
+
+    for engine, prof in ENGINE_PROFILES.items():
+        s = scheduling(engine)
+        assert (s.token_budget, s.mixed_batches, s.first_token_lag) == (
+            prof.token_budget,
+            prof.mixed_batches,
+            prof.first_token_lag,
+        )
+    assert ENGINE_PROFILES["sglang"].lockstep and not ENGINE_PROFILES["sglang"].mixed_batches
+    assert scheduling("sglang").output_spread == 0.0  # lock-step in the simulator too
 
 
 def test_clients_beyond_the_kv_slots_wait_for_one(setup):
