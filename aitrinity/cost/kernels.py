@@ -144,9 +144,19 @@ class Kernels(Protocol):
         ...
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
-        """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention)."""
+        """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention). ``mla``: the
+        (QK, V) widths of each head when the model's attention is MLA (``head_dim`` is then its latent, what the
+        measured MLA kernels are keyed by): a prefill up-projects the latent and runs multi-head attention of those
+        widths (DeepSeek-V2 §2.1.2; the absorbed form is the decode's)."""
         ...
 
     def decode_attention(
@@ -261,10 +271,18 @@ class RooflineKernels:
         return out
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         b, s = _as(batch), _as(tokens)
-        flops = 2.0 * b * s * s * heads * head_dim  # QK^T and AV over the causal half: 4·s²/2·a·d
+        width = 2.0 * head_dim if mla is None else float(sum(mla))  # QK^T's and AV's inner dimensions
+        flops = b * s * s * heads * width  # QK^T and AV over the causal half: 2·s²/2·a·(d_qk + d_v)
         p = self.params.attention
         return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
 
@@ -409,11 +427,18 @@ class TableKernels:
         return at
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
-            return self.fallback.prefill_attention(batch, tokens, heads, kv_heads, head_dim, kv_dtype)
+            return self.fallback.prefill_attention(batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla)
         tables = at
 
         def time(g: int) -> Array:
@@ -526,10 +551,17 @@ class MixedKernels:
         return self._mix(self.weights, lambda d: self.base.grouped_gemm(groups, m, n, k, d))
 
     def prefill_attention(
-        self, batch: ArrayLike, tokens: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         def t(d: str) -> Array:
-            return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d)
+            return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d, mla)
 
         if kv_dtype != KV or isinstance(self.base, RooflineKernels):  # the roofline's prefill reads no KV dtype
             return t(kv_dtype if kv_dtype != KV else self.kv.names[0])

@@ -216,7 +216,7 @@ def _attention(
     attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype), 0.0)
 
     def causal(s: Array) -> Array:
-        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype)
+        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla_widths(m))
         if window is None:
             return t
         w = float(window)
@@ -246,6 +246,13 @@ def attention_shape(m: ModelSpec, tp: Degree) -> tuple[Degree, Degree, int]:
         c = m.mla
         return _split(m.num_attention_heads, tp), 1, c.kv_lora_rank + c.qk_rope_head_dim
     return _split(m.num_attention_heads, tp), _split(m.kv_heads, tp), m.dim_head
+
+
+def mla_widths(m: ModelSpec) -> tuple[int, int] | None:
+    """(QK, V) widths of an MLA head as a prefill computes it (the latent up-projected: no-RoPE part + RoPE part, and
+    the value), None for other attention."""
+    c = m.mla
+    return None if c is None else (c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim)
 
 
 def projection_time(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array:

@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 
 from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.operators import Layout as ServingLayout
-from aitrinity.cost.operators import attention_shape, mlp_time
+from aitrinity.cost.operators import attention_shape, mla_widths, mlp_time, projection_time
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan
 
@@ -114,9 +114,10 @@ def _attention_forward(m: ModelSpec, k: Kernels, tp: int, mb: MicroBatch) -> tup
     a, g, d = attention_shape(m, tp)
     b, s, cp = np.asarray(mb.micro_batch, dtype=np.float64), mb.seq_len, mb.context_parallel
     if mb.flash_attention:
-        return k.prefill_attention(b, s, a, g, d, "bf16") / cp, np.zeros(np.shape(b))
+        return k.prefill_attention(b, s, a, g, d, "bf16", mla_widths(m)) / cp, np.zeros(np.shape(b))
+    qk, v = mla_widths(m) or (d, d)
     heads = b * a  # one (s x d)·(d x s) and one (s x s)·(s x d) product per head
-    products = heads * (k.gemm(s, s, d, mb.dtype) + k.gemm(s, d, s, mb.dtype)) / cp
+    products = heads * (k.gemm(s, s, qk, mb.dtype) + k.gemm(s, v, s, mb.dtype)) / cp
     passes = 6.0 + (3.5 if m.dropout else 0.0)  # QKᵀ out, softmax in/out, (dropout in/out/mask), AV in
     return products, k.elementwise(heads * s * s * 2.0 * passes / cp)
 
@@ -127,11 +128,8 @@ def layer_times(m: ModelSpec, k: Kernels, tp: int, ep: int, mb: MicroBatch, moe_
     rec = np.asarray(mb.recompute)
     sp = np.asarray(mb.sequence_parallel, dtype=bool)
     h, dt = m.hidden_size, mb.dtype
-    a, g, d = attention_shape(m, tp)
-    dv = m.v_head_dim if m.mla else d
     lay = ServingLayout(tp=tp, ep=ep, weight_dtype=dt)
-    gemm_f = k.gemm(rows, (a + 2 * g) * d if not m.mla else a * (d + dv), h, dt) + k.gemm(rows, h, a * dv, dt)
-    gemm_f = gemm_f + mlp_time(m, k, lay, rows, moe_layer)
+    gemm_f = projection_time(m, k, lay, rows) + mlp_time(m, k, lay, rows, moe_layer)
     core, scores = _attention_forward(m, k, tp, mb)
     attn_bwd = FLASH_BACKWARD * core if mb.flash_attention else 2.0 * core + 2.0 * scores
     ar = k.all_reduce(rows * h * 2.0, tp)
