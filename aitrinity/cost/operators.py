@@ -217,18 +217,22 @@ def _attention(
 
     def causal(s: Array) -> Array:
         t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla_widths(m))
-        if window is None:
-            return t
-        w = float(window)
-        kept = np.where(s <= w, s * (s + 1.0) / 2.0, w * (w + 1.0) / 2.0 + (s - w) * w)
-        out: np.ndarray = t * kept / (s * (s + 1.0) / 2.0)
-        return out
+        return t if window is None else t * window_share(s, window)
 
     s = np.maximum(plen, 1.0)
     pre = causal(s + prefix)
     if np.any(prefix > 0):  # the cached rows' own attention was paid when they were computed
         pre = pre - np.where(prefix > 0, causal(np.maximum(prefix, 1.0)), 0.0)
     out: Array = attn + np.where(nps > 0, pre, 0.0)
+    return out
+
+
+def window_share(s: ArrayLike, window: int) -> Array:
+    """The share of a causal ``s x s`` score matrix a sliding window of ``window`` keys keeps: ``s(s+1)/2`` cells,
+    ``w(w+1)/2 + (s-w)w`` with it (the count :func:`aitrinity.cost.flops.causal_score_flops` makes)."""
+    s, w = np.asarray(s, dtype=np.float64), float(window)
+    kept = np.where(s <= w, s * (s + 1.0) / 2.0, w * (w + 1.0) / 2.0 + (s - w) * w)
+    out: Array = kept / (s * (s + 1.0) / 2.0)
     return out
 
 

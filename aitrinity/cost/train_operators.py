@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 
 from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.operators import Layout as ServingLayout
-from aitrinity.cost.operators import attention_shape, mla_widths, mlp_time, projection_time
+from aitrinity.cost.operators import attention_shape, mla_widths, mlp_time, projection_time, window_share
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan
 
@@ -110,11 +110,19 @@ class ClassTimes:
 
 def _attention_forward(m: ModelSpec, k: Kernels, tp: int, mb: MicroBatch) -> tuple[Array, Array]:
     """(kernel seconds, memory-bound seconds) of one layer's attention core, forward; a CP rank's ``1/cp`` share
-    (its queries against the whole sequence's keys: the sequence's kernel time split evenly)."""
+    (its queries against the whole sequence's keys: the sequence's kernel time split evenly). A model whose local
+    layers attend within a sliding window (Mistral, Gemma, gpt-oss) pays, per layer on average, the share of the
+    causal score matrix its layers keep (:func:`window_share` on the local ones, all of it on the global ones), as the
+    serving step and :mod:`aitrinity.cost.flops` count it -- with flash attention, which skips the cells outside the
+    window; the unfused products compute the whole matrix and mask it."""
     a, g, d = attention_shape(m, tp)
     b, s, cp = np.asarray(mb.micro_batch, dtype=np.float64), mb.seq_len, mb.context_parallel
+    kept: Array | float = 1.0
+    if m.local_layers and m.sliding_window:
+        local = m.local_layers / m.num_layers
+        kept = local * window_share(s, m.sliding_window) + (1.0 - local)
     if mb.flash_attention:
-        return k.prefill_attention(b, s, a, g, d, "bf16", mla_widths(m)) / cp, np.zeros(np.shape(b))
+        return k.prefill_attention(b, s, a, g, d, "bf16", mla_widths(m)) * kept / cp, np.zeros(np.shape(b))
     qk, v = mla_widths(m) or (d, d)
     heads = b * a  # one (s x d)·(d x s) and one (s x s)·(s x d) product per head
     products = heads * (k.gemm(s, s, qk, mb.dtype) + k.gemm(s, v, s, mb.dtype)) / cp

@@ -125,3 +125,21 @@ def test_an_mla_layer_is_priced_on_its_low_rank_projections_and_its_prefill_widt
     assert float(t.gemm) == pytest.approx(3.0 * s * (per_token.attention_proj + per_token.mlp), rel=1e-3)
     forward = causal_score_flops(m, 0, s) / m.num_layers
     assert float(t.attention) == pytest.approx((1.0 + FLASH_BACKWARD) * forward, rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "gemma-3-27b", "llama-3.1-8b"])
+def test_sliding_window_layers_train_on_the_share_of_the_scores_they_keep(name):
+    """gpt-oss attends within 128 tokens on half its layers, Gemma 3 within 1,024 on five of six: at 16k tokens a
+    flash-attention layer pays, on average, the score FLOPs cost.flops counts for those windows (and a model without
+    windows the whole causal matrix); unfused attention computes the whole matrix whatever the window."""
+    from aitrinity.cost.flops import causal_score_flops
+
+    m, k, s = catalog.model(name), _Flops(), 16384
+    t = layer_times(m, k, 1, 1, MicroBatch(1, s, 0, False, True, "bf16"), False)
+    assert float(t.attention) == pytest.approx(
+        (1.0 + FLASH_BACKWARD) * causal_score_flops(m, 0, s) / m.num_layers, rel=1e-3
+    )
+    if m.sliding_window:
+        unfused = layer_times(m, k, 1, 1, MicroBatch(1, s, 0, False, False, "bf16"), False)
+        whole = layer_times(m.model_copy(update={"sliding_window": None}), k, 1, 1, _mb(flash=False, s=s), False)
+        assert float(unfused.attention) == float(whole.attention)
