@@ -1,7 +1,5 @@
 """The training step's operator model: what each plan choice adds, broadcasting, and the schedule."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -84,62 +82,3 @@ def test_schedule_bubble_is_p_minus_one_over_v_slots(setup):
     assert float(one.busy) == pytest.approx(16 * slot)
     st = step_times(m, k, (8, 4, 1, 1), _mb(), 16, 0.001, 1e9)
     assert float(st.total) == pytest.approx(float(one.total) + float(k.elementwise(1e9)))
-
-
-class _Flops:
-    """Kernels that return FLOPs instead of seconds (GEMMs 2mnk, flash attention QK^T + AV over the causal half) and
-    nothing else: a layer's GEMM "time" is then its matmul FLOPs."""
-
-    def gemm(self, m, n, k, dtype):
-        return 2.0 * np.asarray(m, dtype=float) * n * k
-
-    def grouped_gemm(self, groups, m, n, k, dtype):
-        return np.asarray(groups, dtype=float) * self.gemm(m, n, k, dtype)
-
-    def moe(self, tokens, shape, dtype):
-        return np.full(np.shape(tokens), np.nan)
-
-    def prefill_attention(self, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla=None):
-        from aitrinity.cost.kernels import RooflineKernels
-
-        return RooflineKernels.prefill_attention(_UNIT, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla)
-
-    def __getattr__(self, name):  # collectives, element-wise passes: not FLOPs
-        return lambda *a, **kw: np.zeros(np.shape(a[0]))
-
-
-_UNIT = SimpleNamespace(  # the roofline's prefill attention at 1 FLOP/s and no launch: its FLOP count
-    params=SimpleNamespace(attention=SimpleNamespace(launch_s=0.0, prefill_efficiency=1.0)), _peak=lambda dtype: 1.0
-)
-
-
-def test_an_mla_layer_is_priced_on_its_low_rank_projections_and_its_prefill_widths():
-    """DeepSeek-V3 trains MLA as DeepSeek-V2 §2.1.2 computes it: down- and up-projections (187M weights a layer, not a
-    projection of the 576-wide latent for every head), and attention of 128 heads at QK width 192 and V width 128
-    (what the serving step prices too). The FLOPs come out as cost.flops counts them, from the parameter count."""
-    from aitrinity.cost.flops import causal_score_flops, layer_dense_flops
-
-    m, k, s = catalog.model("deepseek-v3"), _Flops(), 4096
-    t = layer_times(m, k, 1, 1, MicroBatch(1, s, 0, False, True, "bf16"), False)  # a dense layer, no recomputation
-    per_token = layer_dense_flops(m, moe_layer=False)
-    assert float(t.gemm) == pytest.approx(3.0 * s * (per_token.attention_proj + per_token.mlp), rel=1e-3)
-    forward = causal_score_flops(m, 0, s) / m.num_layers
-    assert float(t.attention) == pytest.approx((1.0 + FLASH_BACKWARD) * forward, rel=1e-3)
-
-
-@pytest.mark.parametrize("name", ["gpt-oss-120b", "gemma-3-27b", "llama-3.1-8b"])
-def test_sliding_window_layers_train_on_the_share_of_the_scores_they_keep(name):
-    """gpt-oss attends within 128 tokens on half its layers, Gemma 3 within 1,024 on five of six: at 16k tokens a
-    flash-attention layer pays, on average, the score FLOPs cost.flops counts for those windows (and a model without
-    windows the whole causal matrix); unfused attention computes the whole matrix whatever the window."""
-    from aitrinity.cost.flops import causal_score_flops
-
-    m, k, s = catalog.model(name), _Flops(), 16384
-    t = layer_times(m, k, 1, 1, MicroBatch(1, s, 0, False, True, "bf16"), False)
-    assert float(t.attention) == pytest.approx(
-        (1.0 + FLASH_BACKWARD) * causal_score_flops(m, 0, s) / m.num_layers, rel=1e-3
-    )
-    if m.sliding_window:
-        unfused = layer_times(m, k, 1, 1, MicroBatch(1, s, 0, False, False, "bf16"), False)
-        whole = layer_times(m.model_copy(update={"sliding_window": None}), k, 1, 1, _mb(flash=False, s=s), False)
-        assert float(unfused.attention) == float(whole.attention)
