@@ -52,7 +52,13 @@ def run(command: str, timeout_s: float = 600) -> str:
         stderr=subprocess.STDOUT,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, "COLUMNS": "120", "TERM": "dumb"},
+        # this tree's code, whichever checkout is pip-installed (a CI clone installs itself editable)
+        env={
+            **os.environ,
+            "COLUMNS": "120",
+            "TERM": "dumb",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        },
     )
     if p.returncode != 0:
         raise RuntimeError(f"$ {command}\nexited with status {p.returncode}:\n{p.stdout}")
