@@ -160,9 +160,18 @@ class Kernels(Protocol):
         ...
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
-        """One query token per sequence over ``context`` cached tokens, ``batch`` sequences."""
+        """One query token per sequence over ``context`` cached tokens, ``batch`` sequences. ``mla`` (as for
+        :meth:`prefill_attention`): the cache holds one latent of ``head_dim`` per token that serves as both keys and
+        values (the absorbed decode of DeepSeek-V2 §2.1.2), so a step reads it once."""
         ...
 
     def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
@@ -287,25 +296,44 @@ class RooflineKernels:
         return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
-        return self._decode_attention(batch, context, kv_heads, head_dim, BYTES_PER_DTYPE[kv_dtype])
+        return self._decode_attention(batch, context, kv_heads, head_dim, BYTES_PER_DTYPE[kv_dtype], mla)
 
     def _decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, kv_heads: Size, head_dim: int, kv_bytes: Size
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        kv_heads: Size,
+        head_dim: int,
+        kv_bytes: Size,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         b, c = _as(batch), _as(context)
-        kv = 2.0 * b * c * kv_heads * head_dim * kv_bytes
+        kv = (1.0 if mla else 2.0) * b * c * kv_heads * head_dim * kv_bytes  # MLA's latent is both K and V
         p = self.params.attention
         out: Array = p.launch_s + kv / (self.memory_bandwidth_Bps * p.decode_memory_efficiency)
         return out
 
     def decode_attention_each(
-        self, batch: ArrayLike, context: ArrayLike, kv_heads: Size, head_dim: int, dt: Dtypes
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        kv_heads: Size,
+        head_dim: int,
+        dt: Dtypes,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         """:meth:`decode_attention` with a KV dtype per element, in one pass."""
         kv_bytes = np.array([BYTES_PER_DTYPE[d] for d in dt.names])[dt.index]
-        return self._decode_attention(batch, context, kv_heads, head_dim, kv_bytes)
+        return self._decode_attention(batch, context, kv_heads, head_dim, kv_bytes, mla)
 
     def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:
         return self._collective(_as(payload_bytes), gpus, 2.0)
@@ -450,11 +478,18 @@ class TableKernels:
         return per_value(kv_heads, time)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
-            return self.fallback.decode_attention(batch, context, heads, kv_heads, head_dim, kv_dtype)
+            return self.fallback.decode_attention(batch, context, heads, kv_heads, head_dim, kv_dtype, mla)
         tables = at
 
         def time(g: int) -> Array:
@@ -568,15 +603,22 @@ class MixedKernels:
         return self._mix(self.kv, t)
 
     def decode_attention(
-        self, batch: ArrayLike, context: ArrayLike, heads: Size, kv_heads: Size, head_dim: int, kv_dtype: str
+        self,
+        batch: ArrayLike,
+        context: ArrayLike,
+        heads: Size,
+        kv_heads: Size,
+        head_dim: int,
+        kv_dtype: str,
+        mla: tuple[int, int] | None = None,
     ) -> Array:
         def t(d: str) -> Array:
-            return self.base.decode_attention(batch, context, heads, kv_heads, head_dim, d)
+            return self.base.decode_attention(batch, context, heads, kv_heads, head_dim, d, mla)
 
         if kv_dtype != KV:
             return t(kv_dtype)
         if isinstance(self.base, RooflineKernels):
-            return self.base.decode_attention_each(batch, context, kv_heads, head_dim, self.kv)
+            return self.base.decode_attention_each(batch, context, kv_heads, head_dim, self.kv, mla)
         return self._mix(self.kv, t)
 
     def all_reduce(self, payload_bytes: ArrayLike, gpus: ArrayLike) -> Array:

@@ -206,17 +206,19 @@ def _attention(
     plen: Array,
     prefix: Array,
     window: int | None,
+    mla: tuple[int, int] | None,
 ) -> Array:
     """One layer's attention kernels: decode over the context, prefill (flash, causal) over the new tokens
     and the ``prefix`` tokens cached before them -- the new rows of the causal score matrix, timed as the
     kernel over ``prefix + new`` less the kernel over ``prefix``; within ``window`` keys when given -- decode
     over ``min(context, window)``, prefill scaled by the share of the causal score matrix the window keeps
-    (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it)."""
+    (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it). ``mla``: the (QK, V) widths of a latent cache read once
+    (:meth:`Kernels.prefill_attention`)."""
     c = np.maximum(ctx, 1.0) if window is None else np.minimum(np.maximum(ctx, 1.0), window)
-    attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype), 0.0)
+    attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype, mla), 0.0)
 
     def causal(s: Array) -> Array:
-        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla_widths(m))
+        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla)
         return t if window is None else t * window_share(s, window)
 
     s = np.maximum(plen, 1.0)
@@ -348,13 +350,16 @@ def step_times(
     a, g, d = attention_shape(m, tp)
 
     projections = projection_time(m, k, lay, rows)
-    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None)
+    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None, mla_widths(m))
     if m.mla and m.mla.sparse and m.mla.index_heads and m.mla.index_head_dim:
         # DeepSeek Sparse Attention: each query attends its index_topk best tokens -- counted as a window of that
         # many keys -- after the indexer scored every cached token with its fp8 keys
         sparse = dataclasses.replace(lay, kv_dtype="fp8")
-        index = _attention(m, k, sparse, m.mla.index_heads, 1, m.mla.index_head_dim, dec, ctx, nps, plen, prefix, None)
-        attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk) + index
+        # the indexer's cache is keys only: its scores are QK^T at its head width, and a decode reads each key once
+        keys_only = (m.mla.index_head_dim, 0)
+        ih, idim = m.mla.index_heads, m.mla.index_head_dim
+        index = _attention(m, k, sparse, ih, 1, idim, dec, ctx, nps, plen, prefix, None, keys_only)
+        attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk, mla_widths(m)) + index
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
@@ -390,7 +395,7 @@ def step_times(
     engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)
     attention = layers * attn
     if m.local_layers and m.sliding_window:  # local layers attend within the window (Mistral, Gemma, gpt-oss)
-        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.sliding_window)
+        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.sliding_window, mla_widths(m))
         attention = m.local_layers * local + (layers - m.local_layers) * attn
     return StepTimes(
         gemm=np.broadcast_to(gemm, shape).astype(np.float64),

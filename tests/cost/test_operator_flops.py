@@ -1,7 +1,9 @@
-"""The operator model's kernels are asked for the FLOPs the model has: with kernels that return FLOPs instead of
-seconds, a training layer and a serving prefill step of every catalog model come out at :mod:`aitrinity.cost.flops`'
-count, which is derived from the parameter count (a second formula written apart from the operator model's would
-drift from it: until 2026-12-05 the training layer priced MLA's projections 4x and its attention 3.6x too wide)."""
+"""The operator model's kernels are asked for the work the model has: with kernels that return FLOPs (or bytes)
+instead of seconds, a training layer and a serving prefill step of every catalog model come out at
+:mod:`aitrinity.cost.flops`' count, which is derived from the parameter count, and a decode step's attention reads the
+KV cache :mod:`aitrinity.cost.memory` sizes (a second formula written apart from the operator model's would drift from
+it: until 2026-12-05 the training layer priced MLA's projections 4x and its attention 3.6x too wide, and the
+roofline's decode read MLA's latent twice, as if it were a K and a V)."""
 
 import pathlib
 from types import SimpleNamespace
@@ -87,3 +89,26 @@ def test_every_catalog_models_prefill_step_prices_its_flops(name):
     f = token_flops(m)
     assert float(st.gemm) == pytest.approx(s * (f.attention_proj + f.mlp + f.router) + f.lm_head, rel=1e-3)
     assert float(st.attention) == pytest.approx(causal_score_flops(m, 0, s), rel=1e-3)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_catalog_models_decode_step_reads_the_kv_cache_it_holds(name):
+    """A decode step of 4 sequences at a 2,048-token context on the roofline at 1 byte/s: its attention reads what the
+    KV cache holds for them (MLA: the latent once; DeepSeek Sparse Attention: and its index keys; windows: the
+    tokens the window keeps)."""
+    from aitrinity.cost.kernels import RooflineKernels
+    from aitrinity.cost.memory import kv_bytes_per_token, kv_tokens_held
+
+    class Bytes(_Flops):
+        def decode_attention(self, batch, context, heads, kv_heads, head_dim, kv_dtype, mla=None):
+            return RooflineKernels._decode_attention(_BYTES, batch, context, kv_heads, head_dim, 2, mla)
+
+    m, b, c = catalog.model(name), 4.0, 2048.0
+    st = step_times(m, Bytes(), Layout(routing="balanced"), StepShape(b, c))
+    assert float(st.attention) == pytest.approx(b * kv_tokens_held(m, c) * kv_bytes_per_token(m, "bf16"), rel=1e-9)
+
+
+_BYTES = SimpleNamespace(  # the roofline's decode attention at 1 byte/s and no launch: the bytes it reads
+    params=SimpleNamespace(attention=SimpleNamespace(launch_s=0.0, decode_memory_efficiency=1.0)),
+    memory_bandwidth_Bps=1.0,
+)
