@@ -379,7 +379,9 @@ def columns(
     extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
     streams = [coll.Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
     if p > 1:
-        streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb, yes, p, t * cp * d, timed=True))
+        # each micro-batch's activations forward and gradients back at every chunk boundary: v per stage with the
+        # interleaved schedule ("the amount of communication also increases by v", Narayanan et al. 2021, §2.2.2)
+        streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb * v, yes, p, t * cp * d, timed=True))
     gather = np.array([x.collective == "all-gather" for x in syncs])[comp]
     z3 = zero >= 3
     for tag, params, group, stride in (("", rep_peak, dz, t), (" (experts)", exp_peak, dz // e, t * e)):

@@ -316,10 +316,15 @@ def training_chain(
 
 
 def _naive(
-    m: ModelSpec, system: System, base: Plan, run: Callable[[dict[str, Any]], _State | None], naive: dict[str, Any]
+    m: ModelSpec,
+    system: System,
+    base: Plan,
+    run: Callable[[dict[str, Any]], _State | None],
+    naive: dict[str, Any],
+    uneven: bool = True,
 ) -> _State | None:
-    """The naive plan on the smallest model-parallel layout the job allows."""
-    for tp, pp in sorted(layouts(m, system, base.ep), key=lambda x: (x[0] * x[1], x[1])):
+    """The naive plan on the smallest model-parallel layout the job allows (``uneven``: :func:`layouts`)."""
+    for tp, pp in sorted(layouts(m, system, base.ep, uneven), key=lambda x: (x[0] * x[1], x[1])):
         state = run({**naive, "tp": tp, "pp": pp})
         if state is not None:
             return state
@@ -462,7 +467,7 @@ def serving_chain(
     else:
         no_ep = base.model_copy(update={"ep": 1}) if m.moe else base  # a dense model keeps the scenario's ep
         naive = _serving_values(no_ep.model_copy(update={"tp": 1, "pp": 1, "exchanges": []}), first_batch)
-        state = _naive(m, system, no_ep, run, naive)
+        state = _naive(m, system, no_ep, run, naive, uneven=False)
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system")
     return _greedy(kind, state, goal, run, _describe_start(state, start))

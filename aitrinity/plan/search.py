@@ -1,8 +1,9 @@
 """Search training plans: enumerate, price vectorized, keep the feasible, rank, Pareto.
 
 The space: every valid ``(tp, pp)`` layout of the system (tp divides the heads
-and is compatible with the KV heads, pp divides the layers, ``tp · pp`` divides
-the devices) x the context-parallel degrees of :func:`context_degrees` x, for a
+and is compatible with the KV heads, pp at most the layers -- uneven stages hold
+one layer fewer at the ends, Llama 3's balance --, ``tp · pp`` divides the
+devices) x the context-parallel degrees of :func:`context_degrees` x, for a
 MoE model, every expert-parallel degree ``ep`` that divides both the expert count
 and the data-parallel degree x micro-batch x ZeRO stage x recomputation x
 sequence parallelism x gradient compression x optimizer offload. Dtypes, flash
@@ -154,14 +155,17 @@ class SearchResult(Result):
     """How many candidates each constraint removed (the first one they failed)."""
 
 
-def layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int]]:
+def layouts(m: ModelSpec, system: System, ep: int, uneven: bool = True) -> list[tuple[int, int]]:
+    """``(tp, pp)`` layouts (module doc). ``uneven``: pipelines whose stages hold unequal layer counts too -- the
+    training step prices each stage (:func:`aitrinity.cost.training.stage_bounds`); serving, which prices the mean
+    stage, searches divisors of the layer count only."""
     n, kv = system.num_devices, m.kv_heads
     out = []
     for tp in range(1, min(m.num_attention_heads, system.devices_per_node) + 1):  # TP inside one node / domain
         if m.num_attention_heads % tp or (kv % tp and tp % kv) or n % tp:
             continue
         for pp in range(1, m.num_layers + 1):
-            if m.num_layers % pp or n % (tp * pp):
+            if n % (tp * pp) or (not uneven and m.num_layers % pp):
                 continue
             dp = n // (tp * pp)
             if dp % ep or (m.moe and m.moe.num_experts % ep):

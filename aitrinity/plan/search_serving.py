@@ -394,6 +394,7 @@ def _layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int, int]
     """(tp, pp, ep) to search: every layout and, for a MoE model, every expert-parallel degree its replicas allow
     (:func:`aitrinity.plan.search.expert_degrees`); a dense model keeps the scenario's ``ep``."""
     if not m.moe:
-        return [(tp, pp, ep) for tp, pp in layouts(m, system, ep)]
+        return [(tp, pp, ep) for tp, pp in layouts(m, system, ep, uneven=False)]
     n = system.num_devices
-    return [(tp, pp, e) for tp, pp in layouts(m, system, 1) for e in expert_degrees(m, n // (tp * pp), ep)]
+    lays = layouts(m, system, 1, uneven=False)  # the serving ledger prices the mean pipeline stage
+    return [(tp, pp, e) for tp, pp in lays for e in expert_degrees(m, n // (tp * pp), ep)]

@@ -36,7 +36,7 @@ from aitrinity.cost.training import Rows as Rows
 from aitrinity.plan.rows import combine, first_failed
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, System, TrainingJob
+from aitrinity.spec.scenario import Plan, System, TrainingJob, chunks_fit
 
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -73,7 +73,7 @@ REASONS = (
     "compressor needs zero <= 1",
     "offload needs host memory (and zero <= 2 for the optimizer)",
     "sequence parallel needs tp > 1",
-    "layers not divisible by pp x virtual stages",
+    "virtual stages without a pipeline, or more chunks than layers (+ embedding and loss)",
     "local SGD needs zero <= 2",
 )
 RESOURCES = (
@@ -223,7 +223,7 @@ def price_rows(
         c.heavy & (zero >= 2),
         (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
         sp & (tp == 1),
-        (m.num_layers % (p * rows.virtual_stages)) != 0,
+        ~chunks_fit(m.num_layers, p, rows.virtual_stages),
         (zero >= 3) & (c.period > 1),
     ]
     reason = first_failed(checks, n)

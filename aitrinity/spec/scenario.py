@@ -8,7 +8,7 @@ Cross-checks that need the model (heads divisible by TP, ...) happen in
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -325,11 +325,14 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     _check_tp_domain("plan.tp", plan.tp, system)
     if plan.pp > model.num_layers:
         raise SpecError("plan.pp", plan.pp, f"at most num_layers ({model.num_layers})")
-    if model.num_layers < plan.pp * plan.virtual_stages:
-        raise SpecError(  # every model chunk of the interleaved schedule holds at least one layer
+    if plan.virtual_stages > 1 and plan.pp == 1:
+        raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 without pipeline parallelism (pp 1)")
+    if not chunks_fit(model.num_layers, plan.pp, plan.virtual_stages):
+        raise SpecError(
             "plan.virtual_stages",
             plan.virtual_stages,
-            f"at most num_layers / pp ({model.num_layers} / {plan.pp}) for {model.name}",
+            f"at most (num_layers + 2) / pp ({model.num_layers} + 2) / {plan.pp} for {model.name}: each model chunk "
+            "of the interleaved schedule holds a layer, or the embedding or the loss",
         )
     _check_cp(plan, model, training)
     group = plan.tp * plan.cp * plan.pp
@@ -368,6 +371,16 @@ def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
             f"a divisor of the attention heads per TP rank ({model.num_attention_heads} / tp {plan.tp}) with "
             "cp_method ulysses (it splits heads over the CP group); ring has no such limit",
         )
+
+
+def chunks_fit(num_layers: int, pp: Any, virtual_stages: Any) -> Any:
+    """Whether ``pp`` stages of ``virtual_stages`` model chunks each can hold ``num_layers`` layers (arrays
+    broadcast); interleaving needs a pipeline (``pp > 1``). Without it every stage holds a layer. With it, each
+    chunk holds a layer, except that the
+    first chunk may hold only the embedding and the last only the output layer and the loss: Llama 3 405B's 126
+    layers ran as 16 stages of 8 one-layer chunks, one layer fewer on the first and the last stage (Dubey et al.
+    2024, §3.3.2; Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``)."""
+    return (pp * virtual_stages <= num_layers + 2 * (virtual_stages > 1)) & ((pp > 1) | (virtual_stages == 1))
 
 
 def check_sequence_split(seq_len: int, cp: int) -> None:

@@ -67,6 +67,11 @@ def test_pipeline_point_to_point_and_bubble():
     t = _traffic(led, "PP activations")
     assert t.bytes_per_device == pytest.approx(2 * mb * 4096 * m.hidden_size * 2 / 2)
     assert led.phases[0].pipeline_bubble_fraction == pytest.approx(3 / mb)
+    # interleaved: each micro-batch crosses a stage boundary at every one of a device's v chunks (Narayanan et al.
+    # 2021, §2.2.2), and the bubble shrinks v-fold
+    led4 = _ledger(Plan(tp=2, pp=4, virtual_stages=4), n=16)
+    assert _traffic(led4, "PP activations").bytes_per_device == pytest.approx(4 * t.bytes_per_device)
+    assert led4.phases[0].pipeline_bubble_fraction == pytest.approx(3 / mb / 4)
 
 
 def test_flops_split_and_recompute():
@@ -106,6 +111,8 @@ def test_moe_expert_parallel_all_to_all():
         (Plan(tp=3), 12, None, "plan.tp"),  # 32 heads
         (Plan(tp=8, pp=2), 24, None, "system.num_devices"),  # 16 does not divide 24 devices
         (Plan(pp=5, virtual_stages=8), 10, None, "plan.virtual_stages"),  # 32 layers: 40 chunks
+        (Plan(pp=2, virtual_stages=18), 2, None, "plan.virtual_stages"),  # 36 chunks: 32 layers + embedding + loss
+        (Plan(virtual_stages=2), 16, None, "plan.virtual_stages"),  # interleaving without a pipeline
         (Plan(pp=40), 40, None, "plan.pp"),  # more stages than layers
         (Plan(dp=4), 16, None, "plan.dp"),
         (Plan(ep=2), 16, None, "plan.ep"),  # dense model
@@ -138,6 +145,12 @@ def test_uneven_pipeline_split_gives_the_middle_stages_the_extra_layers():
         make_system(n=8192),
     )
     assert led.parallelism.pp == 16
+    # and interleaved as Meta ran it: 16 stages of 8 one-layer chunks, the first chunk the embedding alone and the
+    # last the loss alone (32 layers + 2 = 34 = 2 x 17 chunks likewise)
+    for name, pp, v, n in (("llama-3.1-405b", 16, 8, 8192), (L8B, 2, 17, 16)):
+        job = TrainingJob(seq_len=8192, global_batch=2048)
+        led = training_ledger("t", catalog.model(name), job, Plan(tp=8, pp=pp, virtual_stages=v), make_system(n=n))
+        assert led.parallelism.pp == pp
 
 
 @pytest.mark.parametrize(

@@ -206,6 +206,26 @@ def test_tensor_parallel_stays_inside_a_node():
         training_ledger("s", m, job, Plan(tp=8), system)
 
 
+def test_uneven_pipelines_are_searched_and_interleaving_needs_a_pipeline():
+    """Llama-3.1-405B's 126 layers on 16 stages (Meta's layout) is a candidate, as `diagnose` accepts it; an uneven
+    layout's rows price as the one-plan path does; virtual stages on pp 1 are infeasible."""
+    from aitrinity.plan.search import layouts
+
+    assert (8, 16) in layouts(catalog.model("llama-3.1-405b"), make_system(n=8192), 1)
+    m = catalog.model("llama-3.1-8b")  # 32 layers: pp 3 holds 10, 11, 11... (cost.training.stage_bounds)
+    job = TrainingJob(seq_len=2048, global_batch=48)
+    system = make_system(n=24)
+    space = Space(micro_batches=(1,), zero=(1,), virtual_stages=(1, 2), activation_offload=(0.0,))
+    res = search_training(m, job, Plan(), system, space=space, top=500, pareto=False)
+    assert all(c.virtual_stages == 1 for c in res.top if c.pp == 1)
+    reasons = {r.reason: r.count for r in res.infeasible}
+    assert reasons["virtual stages without a pipeline, or more chunks than layers (+ embedding and loss)"] > 0
+    uneven = next(c for c in res.top if c.pp == 3)
+    plan = uneven.plan(Plan())
+    est = price_training_ledger(training_ledger("p", m, job, plan, system), m, plan, system)
+    assert est.training.step_time_s == pytest.approx(uneven.step_time_s, rel=1e-9)
+
+
 def test_context_parallelism_is_searched_where_a_long_sequence_needs_it():
     """128k tokens of Llama-3.1-8B on 64 H100s: no plan without CP fits in this space (no recomputation, no offload),
     the best plan splits the sequence, and its one-plan price is the search's."""
