@@ -41,6 +41,8 @@ class PublishedRun:
     metric: Literal["megatron_tflops", "mfu", "tokens_per_gpu"]
     published: float
     assumed: tuple[str, ...] = field(default=())
+    system: dict[str, object] = field(default_factory=dict)
+    """Published facts of the system beyond the device and its count (``system.*`` fields)."""
 
 
 _MEGATRON = dict(micro_batch=1, recompute="full", flash_attention=False, zero=0, tp=8)
@@ -129,6 +131,7 @@ RUNS: tuple[PublishedRun, ...] = (
             "selective recomputation for its recomputed norms and MLA up-projections",
             "fp8 GEMMs at the catalog's fp8 rate; the multi-token-prediction module not counted",
         ),
+        system={"comm_sm_share": 20 / 132},  # section 3.2.2: its all-to-all kernels hold 20 of the H800's 132 SMs
     ),
     PublishedRun(
         "llama 3 405b, 16,384 H100, 131k context",
@@ -171,6 +174,7 @@ def scenario(run: PublishedRun, engine: str = "generic") -> dict[str, object]:
             "devices_per_node": 8,
             "overlap": run.overlap,
             "engine": engine,
+            **run.system,
         },
         "workload": {"model": run.model, "training": {"seq_len": run.seq_len, "global_batch": run.global_batch}},
         "plan": dict(run.plan),

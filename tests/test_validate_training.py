@@ -73,6 +73,7 @@ def test_deepseek_v3s_training_layout_is_priced_with_its_all_to_all_on_infiniban
     run = next(r for r in vt.RUNS if r.model == "deepseek-v3")
     r = api.resolve(validate(Scenario, vt.scenario(run)))
     assert r.system.device.name == "h800" and r.system.intra_node_link.name == "nvlink-h800"
+    assert r.system.comm_sm_share == pytest.approx(20 / 132)  # §3.2.2: the all-to-all kernels' 20 SMs
     [a2a] = [t for t in api.ledger(r).phases[0].traffic if t.purpose == "EP token all-to-all"]
     assert (a2a.channel, a2a.link, a2a.group_size) == ("inter_node", "infiniband-ndr", 64)
     c = checks[run.name]

@@ -618,6 +618,7 @@ TRAINING_PARTS = {
     "bubble": "pipeline bubble (fill and drain)",
     "optimizer": "optimizer step",
     "exchange": "exchange work (compression)",
+    "sm_share": "GPU work slowed by the SMs overlapped collectives hold",
 }
 
 
@@ -664,22 +665,41 @@ class GpuStep:
     latency_s: NDArray[np.float64]
     """The GPU's busy time above the slowest roofline resource: launches, collective latency, memory-bound
     kernels in series with the GEMMs."""
+    sm_share_s: NDArray[np.float64]
+    """The GPU work's slowdown beside overlapped collectives that hold SMs (``system.comm_sm_share``)."""
 
 
 def gpu_training_step(
-    st: StepTimes, exchange_s: ArrayLike, resources: Sequence[ArrayLike], streams: Sequence[ArrayLike], system: System
+    st: StepTimes,
+    exchange_s: ArrayLike,
+    resources: Sequence[ArrayLike],
+    streams: Sequence[ArrayLike],
+    system: System,
+    on_sms: Sequence[bool] = (),
 ) -> GpuStep:
     """The step of :func:`price_training` for one plan or the planner's rows: the GPU's busy time and bubble,
     combined with the ``streams`` the operator model does not time under the system's overlap model, never
-    below the slowest of compute and the roofline ``resources`` (device memory, links)."""
+    below the slowest of compute and the roofline ``resources`` (device memory, links).
+
+    ``on_sms``: which streams are collectives that GPU kernels drive (over NVLink or the network; a host-link copy
+    runs on the copy engines). While the overlapped ones run, they hold ``system.comm_sm_share`` of the SMs, so the
+    GPU work beside them slows: ``B + share·C`` for ``C`` seconds of them overlapped (the longest; ``overlap_fraction``
+    of it under partial overlap, none under ``sum``)."""
     ex = np.asarray(exchange_s, dtype=np.float64)
     compute = np.asarray(st.microbatches * (st.per_microbatch.gemm + st.per_microbatch.attention), dtype=np.float64)
     compute = compute + ex
     busy = np.asarray(st.busy + st.optimizer_s, dtype=np.float64) + ex
     floor = np.max(np.stack(np.broadcast_arrays(compute, *(np.asarray(r, dtype=np.float64) for r in resources))), 0)
     bubble = np.asarray(st.bubble_s, dtype=np.float64)
-    time_s = np.maximum(combine_rows([busy + bubble, *streams], system.overlap, system.overlap_fraction), floor)
-    return GpuStep(time_s, compute, np.maximum(busy - floor, 0.0))
+    lent = np.zeros(np.shape(busy))
+    sm = [np.asarray(t, dtype=np.float64) for t, on in zip(streams, on_sms, strict=False) if on]
+    if system.comm_sm_share > 0 and system.overlap != "sum" and sm:
+        overlapped = np.max(np.stack(np.broadcast_arrays(*sm)), 0)
+        if system.overlap == "partial":
+            overlapped = system.overlap_fraction * overlapped
+        lent = system.comm_sm_share * overlapped
+    time_s = np.maximum(combine_rows([busy + bubble + lent, *streams], system.overlap, system.overlap_fraction), floor)
+    return GpuStep(time_s, compute, np.maximum(busy - floor, 0.0), lent)
 
 
 def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, notes: list[str]) -> Estimate:
@@ -699,9 +719,9 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
     unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
     others = ph.resources[1:]
-    step = gpu_training_step(
-        st, exchange_s, [r.time_s for r in others], [r.time_s for r in unpriced if r.kind == "link"], system
-    )
+    links = [r for r in unpriced if r.kind == "link"]
+    sms = [r.id in ("link:intra_node", "link:inter_node") for r in links]
+    step = gpu_training_step(st, exchange_s, [r.time_s for r in others], [r.time_s for r in links], system, sms)
     time_s = float(step.time_s)
     compute = ResourceTime(
         id="compute",
@@ -720,6 +740,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
         "bubble": float(st.bubble_s),
         "optimizer": float(st.optimizer_s),
         "exchange": exchange_s,
+        "sm_share": float(step.sm_share_s),
     }
     operators = [
         OperatorTime(operator=k, label=TRAINING_PARTS[k], time_s=t, share=t / time_s) for k, t in parts.items() if t > 0

@@ -210,7 +210,8 @@ def price_rows(
                 streams.append(link_time(system, ch, rest_b, rest_m))
             else:
                 streams.append(times[2 + i])
-        gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system)
+        sms = [ch in ("intra_node", "inter_node") for ch in _CHANNELS]
+        gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system, sms)
         step = np.asarray(gpu.time_s)
         times = [np.asarray(gpu.compute_s), *times[1:], np.asarray(gpu.latency_s)]
 

@@ -42,6 +42,12 @@ class SystemInput(Spec):
     remote_pool: str | None = None
     overlap: Overlap = "max"
     overlap_fraction: Fraction = 0.5
+    comm_sm_share: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """The share of each GPU's SMs the communication kernels of overlapped collectives (data-parallel gradients,
+    expert all-to-all) occupy while they run: the GEMMs beside them run on the rest, so a training step overlapping
+    ``C`` seconds of them with ``B`` of GPU work takes ``max(B + share·C, C)``. 0: no interference (the default; NCCL's
+    varies with its channel count). DeepSeek-V3's all-to-all kernels hold 20 of an H800's 132 SMs (DeepSeek-AI 2024,
+    §3.2.2): 0.15."""
     usable_memory_fraction: Fraction = 0.95
     price_per_device_hour: PricePerHour | None = None
     power_per_device: Power | None = None
@@ -71,6 +77,8 @@ class System(Spec):
     remote_pool: MemoryTierSpec | None = None
     overlap: Overlap = "max"
     overlap_fraction: Fraction = 0.5
+    comm_sm_share: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """See :attr:`SystemInput.comm_sm_share`."""
     usable_memory_fraction: Fraction = 0.95
     price_per_device_hour: float | None = None
     power_per_device_W: float | None = None

@@ -21,6 +21,16 @@ from tests.conftest import make_system
 CASES = [
     # (model, devices, devices per node, tp, pp, job, base plan, system kwargs)
     ("llama-3.1-8b", 16, 8, 2, 2, TrainingJob(seq_len=2048, global_batch=32), Plan(), {"host_memory": "host-dram"}),
+    (  # collectives holding SMs beside the GEMMs, under max overlap
+        "llama-3.1-8b",
+        16,
+        8,
+        2,
+        2,
+        TrainingJob(seq_len=2048, global_batch=32),
+        Plan(),
+        {"host_memory": "host-dram", "comm_sm_share": 0.2},
+    ),
     ("gpt-3-175b", 64, 8, 8, 4, TrainingJob(seq_len=2048, global_batch=64), Plan(flash_attention=False), {}),
     (
         "mixtral-8x7b",
@@ -30,7 +40,7 @@ CASES = [
         2,
         TrainingJob(seq_len=4096, global_batch=64),
         Plan(ep=4),
-        {"host_memory": "host-dram", "overlap": "partial"},
+        {"host_memory": "host-dram", "overlap": "partial", "comm_sm_share": 0.15},
     ),
     ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
     ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
