@@ -17,6 +17,9 @@ TTFT -- the prefill and the waits before it:
 
     TTFT = t_request + n_prefill · t_step(decode c-1, prefill 1)  +  w_batch · (c-1)/2 · t_prefill(1)
 
+(for a prompt longer than the engine's token budget ``B``, the ``n_prefill - 1`` steps past the prompt's own are
+steps of ``B`` prompt tokens: a 128k-token prompt's work is not repeated by the step in flight or the lag)
+
 ``t_request`` the server's fixed work per request outside the GPU (HTTP, tokenization, hand-off);
 ``n_prefill`` mixed steps (the prompt's own step, the step in flight when it arrives, scheduler lag and
 the chunks of a long prompt); ``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
@@ -258,19 +261,21 @@ def steady_state(
     s_new = np.maximum(s_in * np.asarray(prefill_fraction, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     ctx = s_in + s_out / 2.0  # mean context over a generation
-    # the three steps -- c decodes; c - 1 decodes and one prompt; the prompt alone -- in one call (stacked)
+    # the four steps -- c decodes; c - 1 decodes and one prompt; the prompt alone; c - 1 decodes and one token budget
+    # of a prompt -- in one call (stacked)
     cached = np.maximum(s_in - s_new, 0.0)  # loaded from a prefix cache: the new tokens attend to it
     c, ctx, s_new, cached = np.broadcast_arrays(c, ctx, s_new, cached)
     zero, one = np.zeros(c.shape), np.ones(c.shape)
+    budget = np.minimum(s_new, prof.token_budget)
     shape = StepShape(
-        decode=np.stack([c, c - 1.0, zero]),
-        context=np.stack([ctx, ctx, one]),
-        prefill_seqs=np.stack([zero, one, one]),
-        prefill_len=np.stack([one, s_new, s_new]),
-        prefill_prefix=np.stack([zero, cached, cached]),
+        decode=np.stack([c, c - 1.0, zero, c - 1.0]),
+        context=np.stack([ctx, ctx, one, ctx]),
+        prefill_seqs=np.stack([zero, one, one, one]),
+        prefill_len=np.stack([one, s_new, s_new, budget]),
+        prefill_prefix=np.stack([zero, cached, cached, cached]),
     )
-    steps3 = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s)
-    dec, mix, lone = (StepTimes(*(getattr(steps3, f)[i] for f in OPERATOR_CLASSES)) for i in range(3))
+    steps4 = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s)
+    dec, mix, lone, chunk = (StepTimes(*(getattr(steps4, f)[i] for f in OPERATOR_CLASSES)) for i in range(4))
     alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
     if speculation is not None:  # a verification step and its drafts, per output token
@@ -280,7 +285,10 @@ def steady_state(
         wave = np.zeros(c.shape)
     else:
         tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
-        steps = prof.prefill_steps * mix.total
+        # the prompt's own work, then the other steps of n_prefill: steps of at most a token budget of prompt work
+        # (the same as the prompt's own up to the budget, the development runs' range; a longer prompt's own work
+        # does not recur in the step in flight or the lag)
+        steps = mix.total + (prof.prefill_steps - 1.0) * chunk.total
         wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave
     # more clients than KV slots: a closed loop of `clients` around `c` slots, each held for the request's time in

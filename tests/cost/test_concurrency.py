@@ -190,3 +190,21 @@ def test_clients_beyond_the_kv_slots_wait_for_one(setup):
     assert float(held.slot_wait_s) == pytest.approx((c / n - 1) * service - prof.request_overhead_s)
     assert float(held.ttft_s) == pytest.approx(float(run.ttft_s) + float(held.slot_wait_s))
     assert float(held.requests_per_s) == pytest.approx(n / service)  # the slots never idle
+
+
+def test_a_prompt_longer_than_the_token_budget_is_not_repeated_by_the_other_steps_of_its_ttft(setup):
+    """TTFT = t_request + t_mix + (n_prefill - 1) x a step of at most a token budget of prompt work: the same as
+    n_prefill x t_mix up to the budget (the development runs' prompts are at most 8,192 tokens), while a 64k-token
+    prompt's own work is counted once, not n_prefill times."""
+    from aitrinity.cost.operators import StepShape, step_times
+
+    m, k, lay = setup
+    prof = ENGINE_PROFILES["trtllm"]  # n_prefill 2.86
+    short = steady_state(m, k, lay, 1, 8192, 64, prof)
+    mix = float(short.mixed_step.total)
+    assert float(short.ttft_s) == pytest.approx(prof.request_overhead_s + prof.prefill_steps * mix)
+    long = steady_state(m, k, lay, 1, 65536, 64, prof)
+    budget = step_times(m, k, lay, StepShape(0.0, 1.0, 1.0, prof.token_budget), prof.step_overhead_s).total
+    expected = prof.request_overhead_s + float(long.mixed_step.total) + (prof.prefill_steps - 1.0) * float(budget)
+    assert float(long.ttft_s) == pytest.approx(expected)
+    assert float(long.ttft_s) < prof.request_overhead_s + prof.prefill_steps * float(long.mixed_step.total)
