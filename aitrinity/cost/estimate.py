@@ -502,6 +502,7 @@ def estimate_concurrency(
         engine=system.engine,
         routing=job.moe_routing,
         scale_out=ScaleOut.of(system),
+        cp=qplan.cp,
     )
     ss = steady_state(
         m,

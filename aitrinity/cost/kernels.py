@@ -545,6 +545,16 @@ class Dtypes:
     index: NDArray[np.intp]
 
 
+def value_bytes(k: Kernels, dtype: str) -> float | Array:
+    """Bytes of one value in ``dtype`` -- per element for the :data:`WEIGHTS` / :data:`KV` dtypes of a
+    :class:`MixedKernels`."""
+    if isinstance(k, MixedKernels) and dtype in (WEIGHTS, KV):
+        dt = k.weights if dtype == WEIGHTS else k.kv
+        out: Array = np.array([BYTES_PER_DTYPE[n] for n in dt.names])[dt.index]
+        return out
+    return BYTES_PER_DTYPE[dtype]
+
+
 @dataclass(frozen=True)
 class MixedKernels:
     """Kernels whose weight and KV dtypes differ from element to element: a query in :data:`WEIGHTS` or

@@ -97,8 +97,9 @@ def kv_budget_bytes(m: ModelSpec, lay: Layout, capacity_bytes: float, pool: KVPo
 
 
 def kv_capacity_tokens(m: ModelSpec, lay: Layout, capacity_bytes: float, pool: KVPool, pp: int = 1) -> int:
-    """Tokens of KV one replica of ``lay.tp x pp`` GPUs of ``capacity_bytes`` each holds."""
-    per_token = shard_kv_bytes_per_token(m, lay.kv_dtype, int(lay.tp), pp)
+    """Tokens of KV one replica of ``lay.tp x lay.cp x pp`` GPUs of ``capacity_bytes`` each holds (context
+    parallelism shards each sequence's KV over its ``cp`` ranks)."""
+    per_token = shard_kv_bytes_per_token(m, lay.kv_dtype, int(lay.tp), pp) / int(lay.cp)
     return int(kv_budget_bytes(m, lay, capacity_bytes, pool, pp) // per_token)
 
 

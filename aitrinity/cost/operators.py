@@ -15,6 +15,9 @@ O projection    GEMM ``T x a·d/tp -> h``                              gemm
 all-reduce      ``T·h`` bf16 over ``tp`` GPUs                         communication
 all-to-all      MoE with ``ep > 1``: ``T·k·h`` bf16 dispatched, then  communication
                 combined, over ``ep`` GPUs (GShard, Lepikhin 2020)
+CP exchange     ``cp > 1``: a prompt's K and V around the ring, as    communication
+                much as its attention does not hide; the decodes'
+                partial attention merged (``context_parallel_time``)
 gate/up, down   GEMMs ``T x h -> 2f/tp`` (gated) and ``T x f/tp -> h`` gemm
 MoE             router GEMM; the experts the batch touches, each a    gemm
                 GEMM of its share of the ``T·k`` routed tokens
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from aitrinity.cost.kernels import Array, Kernels, MoEShape
+from aitrinity.cost.kernels import Array, Kernels, MoEShape, value_bytes
 from aitrinity.spec.hardware import LinkSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import System
@@ -108,13 +111,14 @@ class ScaleOut:
         """Domains of ``domain`` GPUs joined by ``link`` (per GPU, at its achievable rate)."""
         return ScaleOut(domain, link.bandwidth_Bps * link.efficiency, link.latency_s)
 
-    def all_to_all(self, k: Kernels, payload_bytes: Array, gpus: ArrayLike) -> Array:
-        """An all-to-all of ``payload_bytes`` per GPU over ``gpus`` GPUs: within one domain, the kernels' own; over
-        several, the share bound for the GPU's own domain on NVLink (the kernels' all-to-all of that share) while the
-        rest leaves through the GPU's NIC at the same time (DeepEP's normal mode; NCCL's all-to-all likewise puts
-        the peers of other nodes on the network), the longer of the two."""
+    def all_to_all(self, k: Kernels, payload_bytes: Array, gpus: ArrayLike, stride: ArrayLike = 1) -> Array:
+        """An all-to-all of ``payload_bytes`` per GPU over ``gpus`` GPUs ``stride`` apart: within one domain, the
+        kernels' own; over several, the share bound for the GPU's own domain on NVLink (the kernels' all-to-all of that
+        share) while the rest leaves through the GPU's NIC at the same time (DeepEP's normal mode; NCCL's all-to-all
+        likewise puts the peers of other nodes on the network), the longer of the two. An all-gather of a
+        ``payload_bytes`` total moves the same bytes."""
         n = np.asarray(gpus, dtype=np.float64)
-        d = float(self.domain)
+        d = np.maximum(self.domain // np.asarray(stride), 1).astype(np.float64)  # the group's GPUs in one domain
         inside = k.all_to_all(payload_bytes, np.minimum(n, d).astype(np.int64))
         if not np.any(n > d):
             return inside
@@ -147,6 +151,8 @@ class Layout:
     scale_out: ScaleOut | None = None
     """The NVLink domains the GPUs sit in and the network between them: an EP group larger than a domain sends the
     tokens bound for other domains over it. None: every group inside one domain."""
+    cp: Degree = 1
+    """Context parallelism: ``cp`` groups of ``tp`` GPUs share each sequence (see :func:`step_times`)."""
 
     def __post_init__(self) -> None:
         tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
@@ -213,8 +219,11 @@ def _attention(
     kernel over ``prefix + new`` less the kernel over ``prefix``; within ``window`` keys when given -- decode
     over ``min(context, window)``, prefill scaled by the share of the causal score matrix the window keeps
     (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it). ``mla``: the (QK, V) widths of a latent cache read once
-    (:meth:`Kernels.prefill_attention`)."""
+    (:meth:`Kernels.prefill_attention`). With context parallelism (``lay.cp``) a rank attends its ``1/cp`` of each
+    context in decode and does ``1/cp`` of a prompt's causal attention (load-balanced chunks)."""
+    cp = np.asarray(lay.cp, dtype=np.float64)
     c = np.maximum(ctx, 1.0) if window is None else np.minimum(np.maximum(ctx, 1.0), window)
+    c = np.maximum(c / cp, 1.0)
     attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype, mla), 0.0)
 
     def causal(s: Array) -> Array:
@@ -225,7 +234,7 @@ def _attention(
     pre = causal(s + prefix)
     if np.any(prefix > 0):  # the cached rows' own attention was paid when they were computed
         pre = pre - np.where(prefix > 0, causal(np.maximum(prefix, 1.0)), 0.0)
-    out: Array = attn + np.where(nps > 0, pre, 0.0)
+    out: Array = attn + np.where(nps > 0, pre / cp, 0.0)
     return out
 
 
@@ -329,6 +338,46 @@ def shared_expert_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array) -> 
     return out
 
 
+def context_parallel_time(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    dec: Array,
+    nps: Array,
+    plen: Array,
+    prefix: Array,
+    a: Degree,
+    g: Degree,
+    d: int,
+) -> Array:
+    """One layer's context-parallel traffic on a rank, as much of it as the attention does not hide (Yang et al.
+    2024, "Context Parallelism for Scalable Million-Token Inference"): pass-KV ring attention for a prompt -- every
+    rank receives the other ranks' K and V of the new tokens, ``(cp-1)/cp`` of them, a block at a time while it
+    attends to the blocks it has, so only what outlasts the rank's prefill attention shows -- and, for decodes, the
+    merge of each rank's partial attention (its outputs and log-sum-exps for every decode's heads), gathered from
+    every rank. The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network.
+    Each rank runs the decodes' projections and MLP itself (the weights are whole on every CP rank), so their
+    queries need no exchange."""
+    cp = np.asarray(lay.cp)
+    kv_bytes = value_bytes(k, lay.kv_dtype)
+    per_token = (1 if m.mla else 2) * g * d * kv_bytes  # one layer's K and V (MLA: its latent) on a TP rank
+
+    def gather(total: Array) -> Array:
+        if lay.scale_out is None:
+            return k.all_to_all(total, cp)
+        return lay.scale_out.all_to_all(k, total, cp, lay.tp)
+
+    prompt = nps * plen
+    ring = np.where(prompt > 0, gather(prompt * per_token), 0.0)
+    zero = np.zeros(np.shape(prompt))
+    pre = _attention(m, k, lay, a, g, d, zero, zero, nps, plen, prefix, None, mla_widths(m))
+    dv = m.mla.v_head_dim if m.mla else m.dim_head
+    partial = dec * a * (dv * 2.0 + 4.0)  # bf16 outputs and fp32 log-sum-exps of a rank's heads
+    merge = np.where(dec > 0, gather(partial * cp), 0.0)
+    out: Array = np.where(cp > 1, np.maximum(ring - np.where(prompt > 0, pre, 0.0), 0.0) + merge, 0.0)
+    return out
+
+
 def step_times(
     m: ModelSpec,
     k: Kernels,
@@ -344,7 +393,8 @@ def step_times(
     nps = np.asarray(s.prefill_seqs, dtype=np.float64)
     plen = np.asarray(s.prefill_len, dtype=np.float64)
     prefix = np.asarray(s.prefill_prefix, dtype=np.float64)
-    tokens = dec + nps * plen
+    cp = np.asarray(lay.cp, dtype=np.float64)
+    tokens = dec + nps * plen / cp  # a prompt's tokens split over the CP ranks; decodes run on every rank
     rows = np.maximum(tokens, 1.0)
     tp, h = lay.tp, m.hidden_size
     a, g, d = attention_shape(m, tp)
@@ -388,6 +438,8 @@ def step_times(
         shared = shared_expert_time(m, k, lay, rows)
         hidden = np.where(nps > 0, 0.0, np.minimum(shared, moe_mlp - shared + moe_comm))
         moe_mlp = moe_mlp - hidden
+    if np.any(cp > 1):
+        comm = comm + layers * context_parallel_time(m, k, lay, dec, nps, plen, prefix, a, g, d)
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm

@@ -184,7 +184,7 @@ def shard_kv_bytes_per_token(m: ModelSpec, dtype: str, tp: int, pp: int = 1) -> 
 
 
 def _kv_per_token_per_device(m: ModelSpec, plan: Plan) -> float:
-    return shard_kv_bytes_per_token(m, plan.cache_dtype, plan.tp, plan.pp)
+    return shard_kv_bytes_per_token(m, plan.cache_dtype, plan.tp, plan.pp) / plan.cp
 
 
 def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> float:
@@ -273,6 +273,8 @@ class ServingRows:
     tp: Ints
     pp: Ints
     ep: Ints
+    cp: Ints | None = None
+    """Context parallelism (None: 1 on every row; the planner does not search it)."""
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -355,6 +357,14 @@ class ServingArrays:
         return r.tp.astype(np.float64), r.pp.astype(np.float64), r.ep.astype(np.float64)
 
     @cached_property
+    def _cp(self) -> F:
+        """The rows' context-parallel degrees: each prompt's tokens and each sequence's KV split over ``cp`` groups of
+        ``tp`` devices (pass-KV ring attention for a prompt, Yang et al. 2024; decodes run on every rank, each
+        attending its shard of the context and merging the partial results)."""
+        cp = self.rows.cp
+        return np.ones(len(self.rows)) if cp is None else cp.astype(np.float64)
+
+    @cached_property
     def per_row(self) -> RowFactors:
         """What each row's quantization and the plan's exchanges make of a weight and a KV value."""
         m, plan, fx, rows = self.m, self.plan, self.fx, self.rows
@@ -365,6 +375,7 @@ class ServingArrays:
         ratio = fx.kv_wire_ratio * base_kv / kq if fx.kv_wire_ratio < 1 else np.ones(len(rows))
         ratio = ratio * fx.kv_wire_scale
         kv_tok = kv_bytes_per_token(m, "int8") * kv_shard_factor(m, rows.tp) / rows.pp * kq  # dtype bytes: powers of 2
+        kv_tok = kv_tok / self._cp
         dequant = np.where(rows.weight_dtype > 0, 2.0, fx.dequant_flops_per_weight)
         return RowFactors(wq, kq, kv_tok, ratio, dequant)
 
@@ -427,11 +438,17 @@ class ServingArrays:
         total = batch * (new * token_flops(m).dense + causal_score_flops(m, cached, new))
         chunk = np.maximum(np.minimum(batch * new, plan.prefill_chunk_tokens), 1.0)
         passes = np.ceil(batch * new / chunk)  # each chunk streams the weights again
-        read = self.weights_read(chunk)
+        cp = self._cp
+        read = self.weights_read(chunk / cp)
         kv_written = batch * (kv_tokens_held(m, prompt) - kv_tokens_held(m, cached)) * kv_tok
         kv_loaded = batch * kv_tokens_held(m, cached) * kv_tok
         hbm = passes * read + kv_written + kv_loaded
-        streams = self._tp_pp(batch * new, "PP activations") + self._weight_stream(read, passes)
+        streams = self._tp_pp(batch * new / cp, "PP activations") + self._weight_stream(read, passes)
+        if np.any(cp > 1):  # every rank gathers the others' K and V of the new tokens, layer by layer (pass-KV ring)
+            kv_new = batch * new * kv_tok * cp / m.num_layers  # one layer's K and V of the prompt on a TP rank
+            layers = np.full(len(batch), float(m.num_layers))
+            group, stride = cp.astype(np.int64), self.rows.tp
+            streams.append(coll.Stream("CP K/V ring (per layer)", "all-gather", kv_new, layers, cp > 1, group, stride))
         if fx.prefix_tier != "hbm" and cached:
             ch = CHANNEL_OF_TIER[fx.prefix_tier]
             moved = kv_loaded * ratio * pp
@@ -442,10 +459,10 @@ class ServingArrays:
         dequant = dequant_per * passes * read / wq
         return PhaseColumns(
             tokens=batch * prompt,
-            forward=total / tp,
+            forward=total / (tp * cp),
             exchange=dequant * pp,
             model_total=total,
-            gemm_rows=chunk,
+            gemm_rows=chunk / cp,
             hbm_bytes=hbm * pp,
             streams=streams,
             operators=passes * m.num_layers * OPERATORS_PER_LAYER,
@@ -457,17 +474,26 @@ class ServingArrays:
         f = self.per_row
         tp, pp, _ = self._degrees
         wq, kv_tok, ratio, dequant_per = f.weight_bytes, f.kv_per_token, f.kv_wire, f.dequant_flops
-        total = batch * (token_flops(m).dense + score_flops_per_query(m, context))
+        dense, scores = batch * token_flops(m).dense, batch * score_flops_per_query(m, context)
+        total = dense + scores
         kv = batch * (kv_tokens_held(m, context) + 1) * kv_tok  # read all, write one
         read = self.weights_read(batch)
         moved = self.rows.kv_offload * kv
         hbm = read + kv + 2 * moved * (fx.kv_wire_ratio < 1)
         streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
+        cp = self._cp
+        if np.any(cp > 1):  # each rank's partial attention outputs (and log-sum-exps) of every decode, gathered
+            dv = m.mla.v_head_dim if m.mla else m.dim_head
+            partial = batch * m.num_attention_heads / tp * (2.0 * dv + 4.0) * cp
+            layers = np.full(len(batch), float(m.num_layers))
+            group, stride = cp.astype(np.int64), self.rows.tp
+            merge = coll.Stream("CP attention merge (per layer)", "all-gather", partial, layers, cp > 1, group, stride)
+            streams.append(merge)
         streams.append(self._kv_offload("KV offload (stream in)", moved * ratio * pp))
         dequant = dequant_per * read / wq
         cols = PhaseColumns(
             tokens=batch.astype(np.float64),
-            forward=total / tp,
+            forward=(dense + scores / cp) / tp,
             exchange=dequant * pp,
             model_total=total,
             gemm_rows=batch.astype(np.float64),
@@ -518,7 +544,7 @@ class ServingArrays:
         pc = self._params
         weights = (pc.non_expert + pc.routed_experts / r.ep) * wq / (r.tp * r.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok
-        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) * workspace_width(m, r.tp)
+        work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) / self._cp * workspace_width(m, r.tp)
         buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
         return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (r.tp * r.pp))
 
@@ -561,6 +587,7 @@ def _one(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
         tp=np.array([plan.tp]),
         pp=np.array([plan.pp]),
         ep=np.array([plan.ep]),
+        cp=np.array([plan.cp]),
     )
     return ServingArrays(m, plan, fx, rows, off.tier if off else "host")
 
@@ -618,6 +645,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             zero=0,
             recompute="none",
             sequence_parallel=plan.sequence_parallel,
+            cp=plan.cp,
         ),
         phases=[
             arrays.prefill(batches, prompt).ledger("prefill", 0, system),

@@ -323,8 +323,10 @@ def _naive(
     naive: dict[str, Any],
     uneven: bool = True,
 ) -> _State | None:
-    """The naive plan on the smallest model-parallel layout the job allows (``uneven``: :func:`layouts`)."""
-    for tp, pp in sorted(layouts(m, system, base.ep, uneven), key=lambda x: (x[0] * x[1], x[1])):
+    """The naive plan on the smallest model-parallel layout the job allows (``uneven``: :func:`layouts`; serving keeps
+    the scenario's context-parallel degree)."""
+    cp = 1 if uneven else base.cp
+    for tp, pp in sorted(layouts(m, system, base.ep, uneven, cp), key=lambda x: (x[0] * x[1], x[1])):
         state = run({**naive, "tp": tp, "pp": pp})
         if state is not None:
             return state

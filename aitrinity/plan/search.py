@@ -155,19 +155,19 @@ class SearchResult(Result):
     """How many candidates each constraint removed (the first one they failed)."""
 
 
-def layouts(m: ModelSpec, system: System, ep: int, uneven: bool = True) -> list[tuple[int, int]]:
-    """``(tp, pp)`` layouts (module doc). ``uneven``: pipelines whose stages hold unequal layer counts too -- the
-    training step prices each stage (:func:`aitrinity.cost.training.stage_bounds`); serving, which prices the mean
-    stage, searches divisors of the layer count only."""
+def layouts(m: ModelSpec, system: System, ep: int, uneven: bool = True, cp: int = 1) -> list[tuple[int, int]]:
+    """``(tp, pp)`` layouts (module doc) of replicas of ``tp x cp x pp`` devices. ``uneven``: pipelines whose stages
+    hold unequal layer counts too -- the training step prices each stage (:func:`aitrinity.cost.training.stage_bounds`);
+    serving, which prices the mean stage, searches divisors of the layer count only."""
     n, kv = system.num_devices, m.kv_heads
     out = []
     for tp in range(1, min(m.num_attention_heads, system.devices_per_node) + 1):  # TP inside one node / domain
         if m.num_attention_heads % tp or (kv % tp and tp % kv) or n % tp:
             continue
         for pp in range(1, m.num_layers + 1):
-            if n % (tp * pp) or (not uneven and m.num_layers % pp):
+            if n % (tp * cp * pp) or (not uneven and m.num_layers % pp):
                 continue
-            dp = n // (tp * pp)
+            dp = n // (tp * cp * pp)
             if dp % ep or (m.moe and m.moe.num_experts % ep):
                 continue
             out.append((tp, pp))

@@ -105,6 +105,10 @@ def search_splits(
     kernels: Kernels | None = None,
 ) -> SplitSearchResult:
     """Every split of ``system`` into a prefill and a decode pool (module doc), best first by ``objective``."""
+    if base.cp > 1:
+        from aitrinity.errors import SpecError
+
+        raise SpecError("plan.cp", base.cp, "1 to split into pools (CP is priced for aggregated replicas)")
     k = kernels or roofline(system.device)
     qplan, fx = effects(base)
     prof = profile(system.engine)

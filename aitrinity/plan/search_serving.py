@@ -81,10 +81,13 @@ class ServingChoice(Result):
     """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
     ep: int = 1
     """Expert parallelism (MoE): each expert lives on one of ``ep`` replicas' GPUs, tokens cross by all-to-all."""
+    cp: int = 1
+    """Context parallelism: the scenario's (the search keeps it; it does not search it)."""
 
     @property
     def layout(self) -> str:
-        return f"tp{self.tp} pp{self.pp} x{self.replicas}" + (f" ep{self.ep}" if self.ep > 1 else "")
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
+        return f"tp{self.tp}{cp} pp{self.pp} x{self.replicas}" + (f" ep{self.ep}" if self.ep > 1 else "")
 
     @property
     def techniques(self) -> str:
@@ -183,13 +186,14 @@ def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
     return drop
 
 
-def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]]) -> ServingRows:
-    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout."""
-    return _grid_of(host, batch, tuple(layouts))
+def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]], cp: int = 1) -> ServingRows:
+    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout; every row at the scenario's
+    context-parallel degree ``cp`` (not searched)."""
+    return _grid_of(host, batch, tuple(layouts), cp)
 
 
 @functools.lru_cache(maxsize=64)
-def _grid_of(host: bool, batch: int | str, layouts: tuple[tuple[int, int, int], ...]) -> ServingRows:
+def _grid_of(host: bool, batch: int | str, layouts: tuple[tuple[int, int, int], ...], cp: int) -> ServingRows:
     """:func:`_grid`, kept: searches of one system ask for the same grid again (its arrays are never written)."""
     batches = sorted({*BATCHES, batch} if isinstance(batch, int) else set(BATCHES))
     grid = list(
@@ -205,6 +209,7 @@ def _grid_of(host: bool, batch: int | str, layouts: tuple[tuple[int, int, int], 
         tp=lay[:, 0].copy(),
         pp=lay[:, 1].copy(),
         ep=lay[:, 2].copy(),
+        cp=np.full(len(lay), cp, dtype=np.int64),
     )
     for f in ServingRows.__dataclass_fields__:
         getattr(rows, f).flags.writeable = False
@@ -230,10 +235,10 @@ def search_serving(
     ``pareto=False`` leaves the frontier out; ``kernels`` time the operators at fixed concurrency (default:
     the device's catalog roofline).
     """
+    from aitrinity.errors import SpecError
+
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
-        from aitrinity.errors import SpecError
-
         raise SpecError(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
@@ -300,18 +305,18 @@ def _evaluate(
     sizes, when searched, depend on the layout: one call per layout and size). Rows come out layout by layout, then
     by prefix-cache size, option and grid row."""
     host = system.host_memory is not None
-    lays = _layouts(m, system, base.ep)
+    lays = _layouts(m, system, base.ep, base.cp)
     variants: list[tuple[Plan, list[tuple[int, int, int]], float | None, float | None, int]] = []
     replayed: dict[int, float] = {}
     if _searches_prefix(base, system, prefix_hit_rate):
         for li, (tp, pp, ep) in enumerate(lays):
-            for plan, capacity, hit in _prefix_options(m, base, system, tp, pp, prefix_hit_rate, replayed):
+            for plan, capacity, hit in _prefix_options(m, base, system, tp * base.cp, pp, prefix_hit_rate, replayed):
                 variants.append((plan, [(tp, pp, ep)], capacity, hit, li))
     else:
         variants.append((base, lays, None, None, 0))
     deferred, row_parts, caps, hits, added, rank = [], [], [], [], [], []
     for v, (plan, group, capacity, hit, first) in enumerate(variants):
-        rows = _grid(host, job.batch, group)
+        rows = _grid(host, job.batch, group, base.cp)
         per = len(rows) // max(len(group), 1)
         for c, entries in enumerate(combos):
             p = registry.with_added(plan, entries)
@@ -356,10 +361,12 @@ def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]])
     at = np.asarray(idx, dtype=np.int64)
     p, r = t.priced, t.rows
     tp, pp = r.tp[at].tolist(), r.pp[at].tolist()
+    cp = (r.cp[at] if r.cp is not None else np.ones(len(at), dtype=np.int64)).tolist()
     cols = {
         "tp": tp,
         "pp": pp,
-        "replicas": [system.num_devices // (t * q) for t, q in zip(tp, pp, strict=True)],
+        "cp": cp,
+        "replicas": [system.num_devices // (t * c * q) for t, c, q in zip(tp, cp, pp, strict=True)],
         "batch": r.batch[at].tolist(),
         "kv_offload": r.kv_offload[at].tolist(),
         "weight_quantization": [WEIGHT_DTYPES[j] for j in r.weight_dtype[at].tolist()],
@@ -390,11 +397,14 @@ def _choice_list() -> TypeAdapter[list[ServingChoice]]:
     return TypeAdapter(list[ServingChoice])
 
 
-def _layouts(m: ModelSpec, system: System, ep: int) -> list[tuple[int, int, int]]:
-    """(tp, pp, ep) to search: every layout and, for a MoE model, every expert-parallel degree its replicas allow
-    (:func:`aitrinity.plan.search.expert_degrees`); a dense model keeps the scenario's ``ep``."""
+def _layouts(m: ModelSpec, system: System, ep: int, cp: int = 1) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) to search at the scenario's context-parallel degree ``cp``: every layout and, for a MoE model
+    without CP, every expert-parallel degree its replicas allow (:func:`aitrinity.plan.search.expert_degrees`); a
+    dense model keeps the scenario's ``ep``."""
+    lays = layouts(m, system, 1 if m.moe else ep, uneven=False, cp=cp)  # serving prices the mean pipeline stage
     if not m.moe:
-        return [(tp, pp, ep) for tp, pp in layouts(m, system, ep, uneven=False)]
+        return [(tp, pp, ep) for tp, pp in lays]
+    if cp > 1:  # CP serving is priced without expert parallelism (spec.scenario)
+        return [(tp, pp, 1) for tp, pp in lays]
     n = system.num_devices
-    lays = layouts(m, system, 1, uneven=False)  # the serving ledger prices the mean pipeline stage
     return [(tp, pp, e) for tp, pp in lays for e in expert_degrees(m, n // (tp * pp), ep)]

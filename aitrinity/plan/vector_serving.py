@@ -130,6 +130,8 @@ class SteadyRequest:
     keys: Ints
     """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
     speculation: Speculation | None = None
+    cp: int = 1
+    """The rows' context-parallel degree (one per search: the scenario's)."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +151,11 @@ def answer_steady(
     (TP, EP, batch, weight dtype, KV dtype); each request gets its own rows' values back (a value does not depend
     on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[str, str, float, Speculation | None], list[int]] = {}
+    groups: dict[tuple[str, str, float, Speculation | None, int], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
+        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation, r.cp), []).append(i)
     out: list[list[F] | None] = [None] * len(requests)
-    for (wd, kd, hit, spec), members in groups.items():
+    for (wd, kd, hit, spec, cp), members in groups.items():
         tps = np.concatenate([requests[i].tp for i in members])
         eps = np.concatenate([requests[i].ep for i in members])
         keys = np.concatenate([requests[i].keys for i in members])
@@ -168,7 +170,9 @@ def answer_steady(
             ss = steady_state(
                 m,
                 mixed,
-                Layout(tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system)),
+                Layout(
+                    tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system), cp=cp
+                ),
                 key // (nk * nw),
                 job.prompt_tokens,
                 job.output_tokens,
@@ -246,15 +250,24 @@ def price_rows_deferred(
 
     # --- metrics
     pp = rows.pp
-    replicas = system.num_devices // (rows.tp * pp)
+    replicas = system.num_devices // (rows.tp * pp * (rows.cp if rows.cp is not None else 1))
     price = system.price_per_hour_usd
     runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
     request = None
     if job.mode == "concurrency":
         nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
         keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
+        cps = np.unique(rows.cp) if rows.cp is not None else np.ones(1, dtype=np.int64)
+        assert len(cps) == 1, "one context-parallel degree per call"
         request = SteadyRequest(
-            fplan.weights_dtype, fplan.cache_dtype, fx.prefix_hit, rows.tp[runs], rows.ep[runs], keys, fx.speculation
+            fplan.weights_dtype,
+            fplan.cache_dtype,
+            fx.prefix_hit,
+            rows.tp[runs],
+            rows.ep[runs],
+            keys,
+            fx.speculation,
+            int(cps[0]),
         )
 
     def finish(answer: SteadyAnswer | None) -> ServingPriced:

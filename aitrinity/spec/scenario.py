@@ -272,7 +272,8 @@ class Plan(Spec):
     dp: int | None = Field(default=None, gt=0, le=MAX_COUNT)
     ep: int = Field(default=1, gt=0, le=MAX_COUNT)
     cp: int = Field(default=1, gt=0, le=MAX_COUNT)
-    """Training: context parallelism, each sequence split over ``cp`` ranks (``aitrinity.cost.training``)."""
+    """Context parallelism, each sequence split over ``cp`` ranks: in training (``aitrinity.cost.training``), and in
+    serving for a prompt's prefill, its KV cache sharded over the ranks (``aitrinity.cost.serving``)."""
     cp_method: Literal["ring", "ulysses"] = "ring"
     """How the ``cp`` ranks share attention: ``ring`` passes K and V around the group (ring attention; Llama 3's
     all-gather of K and V moves the same bytes), ``ulysses`` re-partitions Q, K, V and the output by heads with
@@ -367,11 +368,23 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
 
 
 def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
-    """Context parallelism: training only; Ulysses splits each TP rank's heads over the CP group."""
+    """Context parallelism: Ulysses splits each TP rank's heads over the CP group. Serving runs ring attention
+    (pass-KV prefill, Yang et al. 2024), on a dense or an expert-parallel-free model, without disaggregated pools."""
     if plan.cp == 1:
         return
     if not training:
-        raise SpecError("plan.cp", plan.cp, "1 for serving (context parallelism is priced for training only)")
+        why = (
+            "cp_method ring for serving (pass-KV ring attention)"
+            if plan.cp_method != "ring"
+            else "1 with expert parallelism in serving (CP is priced for replicas without EP)"
+            if plan.ep > 1
+            else "1 with disaggregated pools (CP is priced for aggregated replicas)"
+            if plan.disaggregation is not None
+            else ""
+        )
+        if why:
+            raise SpecError("plan.cp", plan.cp, why)
+        return
     if plan.cp_method == "ulysses" and (model.num_attention_heads // plan.tp) % plan.cp:
         raise SpecError(
             "plan.cp",
@@ -384,10 +397,9 @@ def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
 def chunks_fit(num_layers: int, pp: Any, virtual_stages: Any) -> Any:
     """Whether ``pp`` stages of ``virtual_stages`` model chunks each can hold ``num_layers`` layers (arrays
     broadcast); interleaving needs a pipeline (``pp > 1``). Without it every stage holds a layer. With it, each
-    chunk holds a layer, except that the
-    first chunk may hold only the embedding and the last only the output layer and the loss: Llama 3 405B's 126
-    layers ran as 16 stages of 8 one-layer chunks, one layer fewer on the first and the last stage (Dubey et al.
-    2024, §3.3.2; Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``)."""
+    chunk holds a layer, except that the first chunk may hold only the embedding and the last only the output layer
+    and the loss: Llama 3 405B's 126 layers ran as 16 stages of 8 one-layer chunks, one layer fewer on the first and
+    the last stage (Dubey et al. 2024, §3.3.2; Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``)."""
     return (pp * virtual_stages <= num_layers + 2 * (virtual_stages > 1)) & ((pp > 1) | (virtual_stages == 1))
 
 

@@ -12,13 +12,13 @@ def test_every_scenario_file_gets_its_best_plan(capsys):
     for title in ("best training plans:", "best serving plans:", "best edge plans:"):
         assert title in out
     files = ("training-exchanges.yaml", "serving-exchanges.yaml", "edge-phone-wifi.yaml", "custom-device.yaml")
-    files += ("long-context-training.yaml",)
+    files += ("long-context-training.yaml", "long-context-serving.yaml")
     deepseek = ("deepseek-r1-h200.yaml", "deepseek-r1-gb200-nvl72.yaml", "deepseek-r1-gb200-nvl72-disaggregated.yaml")
     for name in (*files, *deepseek):
         assert name in out
     assert main(["plan", "--scenarios", "examples", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [d["file"] for d in data] == sorted(d["file"] for d in data) and len(data) == 8
+    assert [d["file"] for d in data] == sorted(d["file"] for d in data) and len(data) == 9
     assert {d["kind"] for d in data} == {"training", "serving", "edge"}
 
 

@@ -120,6 +120,9 @@ def test_bad_context_parallel_layouts_are_refused_with_the_field(plan, job, n, m
         _ledger(plan, n=n, job=job)
 
 
-def test_cp_is_for_training_only():
-    with pytest.raises(SpecError, match=r"plan\.cp.*training only"):
-        check_plan(Plan(cp=2), catalog.model(L8B), make_system(n=2), training=False)
+def test_serving_takes_ring_context_parallelism_and_refuses_the_rest():
+    """Serving prices ring (pass-KV) CP on aggregated replicas without EP (tests/cost/test_serving.py); Ulysses
+    is refused with the field named."""
+    assert check_plan(Plan(cp=2), catalog.model(L8B), make_system(n=2), training=False) == 1
+    with pytest.raises(SpecError, match=r"plan\.cp.*cp_method ring"):
+        check_plan(Plan(cp=2, cp_method="ulysses"), catalog.model(L8B), make_system(n=2), training=False)

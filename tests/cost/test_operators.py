@@ -308,3 +308,48 @@ def test_a_decode_step_runs_the_shared_expert_beside_the_routed_ones(k):
     assert float(mixed.gemm) == pytest.approx(want + m.num_moe_layers * shared)  # the same 16 rows, in turn
     mixtral = catalog.model("mixtral-8x7b")
     assert float(shared_expert_time(mixtral, k, Layout(tp=1, ep=8), rows)) == 0.0
+
+
+def test_context_parallel_prefill_splits_a_prompt_and_hides_its_ring_behind_the_attention(k):
+    """Llama-3.1-405B, tp 8, a 128k-token prompt over cp 16 groups on 16 HGX nodes (Yang et al. 2024's layout): each
+    rank runs 1/16 of the prompt's GEMMs (8k rows) and of its causal attention; the other ranks' K and V of each layer
+    (15/16 of the prompt's, over InfiniBand) arrive while the rank attends, so nothing of the ring shows."""
+    from aitrinity.cost.operators import ScaleOut
+
+    m = catalog.model("llama-3.1-405b")
+    ib = ScaleOut(8, 0.85 * 50e9, 5e-6)
+    prompt = StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=131072.0)
+    one = step_times(m, k, Layout(tp=8, scale_out=ib), prompt)
+    cp = step_times(m, k, Layout(tp=8, cp=16, scale_out=ib), prompt)
+    eighth = step_times(m, k, Layout(tp=8, scale_out=ib), StepShape(0.0, 1.0, 1.0, 131072.0 / 16))
+    assert float(cp.gemm) == pytest.approx(float(eighth.gemm))  # the rank's 8,192 rows
+    assert float(cp.attention) == pytest.approx(float(one.attention) / 16)  # load-balanced causal attention
+    assert float(cp.communication) == pytest.approx(float(eighth.communication))  # TP all-reduces only: ring hidden
+    assert 14 < float(one.total) / float(cp.total) < 16
+    # a short prompt cannot hide it: the ring shows as communication
+    short = StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=2048.0)
+    cp_short = step_times(m, k, Layout(tp=8, cp=16, scale_out=ib), short)
+    tp_short = step_times(m, k, Layout(tp=8, scale_out=ib), StepShape(0.0, 1.0, 1.0, 2048.0 / 16))
+    assert float(cp_short.communication) > float(tp_short.communication)
+
+
+def test_context_parallel_decode_attends_a_shard_of_each_context_and_merges_the_partials(k):
+    """Decodes run every rank's projections and MLP (the weights are whole on each CP rank); each rank reads 1/cp of
+    every context's KV, and the partial attention outputs of every layer are gathered across the group."""
+    from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool
+
+    m = catalog.model("llama-3.1-70b")
+    dec = StepShape(decode=8.0, context=131072.0)
+    one = step_times(m, k, Layout(tp=8), dec)
+    cp = step_times(m, k, Layout(tp=8, cp=4), dec)
+    quarter = step_times(m, k, Layout(tp=8), StepShape(decode=8.0, context=131072.0 / 4))
+    assert float(cp.gemm) == float(one.gemm)
+    assert float(cp.attention) == pytest.approx(float(quarter.attention))
+    partial = 8.0 * (64 / 8) * (2.0 * 128 + 4.0) * 4  # decodes x heads per TP rank x (bf16 output + fp32 lse) x cp
+    merge = m.num_layers * float(k.all_to_all(partial, 4))
+    assert float(cp.communication) == pytest.approx(float(one.communication) + merge)
+    # and the replica of tp x cp GPUs holds cp times the KV tokens of one TP group
+    pool = kv_pool("generic")
+    dev = catalog.device("h100-sxm")
+    base = kv_capacity_tokens(m, Layout(tp=8), dev.memory_capacity_bytes, pool)
+    assert kv_capacity_tokens(m, Layout(tp=8, cp=4), dev.memory_capacity_bytes, pool) == pytest.approx(4 * base, abs=4)

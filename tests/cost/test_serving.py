@@ -100,3 +100,41 @@ def test_context_longer_than_the_model_is_rejected():
     with pytest.raises(SpecError) as e:
         serving_ledger("s", m, ServingJob(prompt_tokens=4000, output_tokens=200), Plan(), make_system(n=1))
     assert e.value.field == "workload.serving"
+
+
+def test_context_parallel_serving_splits_a_prompt_and_shards_its_kv():
+    """Serving with cp 4 groups of tp 8 (static batch): the prefill's FLOPs per device are 1/32 of the model's, each
+    device holds 1/4 of every sequence's KV, every layer gathers the prompt's K and V from the other three groups
+    (the ring's 3/4 of it, over InfiniBand: the groups sit on different nodes) and every decode step gathers the
+    groups' partial attention outputs; the weights stay whole on each group."""
+    m = catalog.model("llama-3.1-70b")
+    job = ServingJob(mode="static", prompt_tokens=65536, output_tokens=256, batch=2)
+    one = serving_ledger("s", m, job, Plan(tp=8), make_system(n=8))
+    cp = serving_ledger("s", m, job, Plan(tp=8, cp=4), make_system(n=32))
+    assert cp.parallelism.cp == 4 and cp.serving.replicas == 1
+    pre, pre1 = cp.phase("prefill"), one.phase("prefill")
+    assert pre.flops.forward == pytest.approx(pre1.flops.model_total / 32)
+    mem, mem1 = ({i.category: i.bytes for i in x.memory} for x in (cp, one))
+    assert mem["kv_cache"] == pytest.approx(mem1["kv_cache"] / 4) and mem["weights"] == mem1["weights"]
+    [ring] = [t for t in pre.traffic if t.purpose.startswith("CP K/V ring")]
+    per_layer = 2 * 65536 * kv_bytes_per_token(m, "bf16") / 8 / m.num_layers  # K and V of a layer on a TP rank
+    assert ring.bytes_per_device == pytest.approx(m.num_layers * per_layer * 3 / 4)
+    assert ring.channel == "inter_node"
+    [merge] = [t for t in cp.phase("decode_step").traffic if t.purpose.startswith("CP attention merge")]
+    assert merge.bytes_per_device > 0
+    # more sequences fit: the KV per device is a quarter
+    assert cp.serving.max_batch > 3 * one.serving.max_batch
+
+
+@pytest.mark.parametrize(
+    ("plan", "why"),
+    [
+        (Plan(tp=8, cp=2, cp_method="ulysses"), "cp_method ring"),
+        (Plan(tp=4, ep=2, cp=2), "expert parallelism"),
+    ],
+)
+def test_context_parallel_serving_refuses_what_it_does_not_price(plan, why):
+    m = catalog.model("mixtral-8x7b")
+    with pytest.raises(SpecError, match=why) as e:
+        serving_ledger("s", m, ServingJob(prompt_tokens=4096, output_tokens=64, batch=1), plan, make_system(n=16))
+    assert e.value.field == "plan.cp"

@@ -148,3 +148,22 @@ def test_a_concurrency_beyond_what_memory_holds_is_named_as_such():
     big = job.model_copy(update={"batch": max(ss.BATCHES)})
     led = serving_ledger("s", m, big, Plan(), system)
     assert 0 < led.serving.running < big.batch  # diagnose: runs what fits, the rest wait
+
+
+def test_the_serving_search_keeps_the_scenarios_context_parallelism():
+    """The serving search does not search CP but keeps the scenario's for every candidate: replicas of tp x cp x pp
+    devices, each priced as `diagnose` prices the plan it returns."""
+    m = catalog.model("llama-3.1-70b")
+    system = make_system(n=32)
+    job = ServingJob(prompt_tokens=65536, output_tokens=128, batch=4)
+    res = search_serving(m, job, Plan(tp=8, cp=2), system, top=20, pareto=False)
+    assert res.best is not None and all(c.cp == 2 for c in res.top)
+    assert all(c.replicas * c.tp * c.cp * c.pp == 32 for c in res.top)
+    assert "cp2" in res.best.layout
+    c = res.best
+    plan = c.plan(Plan(tp=8, cp=2))
+    assert plan.cp == 2
+    led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), plan, system)
+    est = price_serving_ledger(led, m, plan, job.model_copy(update={"batch": c.batch}), system)
+    assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
+    assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)

@@ -68,6 +68,15 @@ CASES = [
         {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 4, "acceptance": 0.7, "draft_layers": 2}]},
         {"host_memory": "host-dram", "overlap": "sum"},
     ),
+    (  # context parallelism: the 32k prompts split over 2 groups of tp 8 on two nodes, the KV sharded
+        "llama-3.1-70b",
+        16,
+        8,
+        1,
+        ServingJob(prompt_tokens=32768, output_tokens=256),
+        {"cp": 2},
+        {"host_memory": "host-dram"},
+    ),
 ]
 
 
@@ -89,6 +98,7 @@ def test_every_row_matches_the_scalar_ledger(case, mode):
         tp=np.full(len(grid), tp),
         pp=np.full(len(grid), pp),
         ep=np.full(len(grid), base.ep),
+        cp=np.full(len(grid), base.cp),
     )
     got = price_rows(m, job, base, system, rows)
     checked = 0
