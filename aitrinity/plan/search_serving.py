@@ -1,4 +1,4 @@
-"""Search serving plans: layout x batch x KV offload x weight and KV quantization, vectorized.
+"""Search serving plans: layout x context parallelism x batch x KV offload x weight and KV quantization, vectorized.
 
 Objectives: ``throughput`` (output tokens/s of the system, prefill included), ``latency`` (request
 latency), ``cost`` ($ per million output tokens), ``energy`` (J per output
@@ -28,7 +28,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
 from aitrinity.plan.rows import frontier, quantize
-from aitrinity.plan.search import ReasonCount, expert_degrees, layouts
+from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
     KV_DTYPES,
     OVER_BUDGET,
@@ -110,7 +110,8 @@ class ServingChoice(Result):
     def plan(self, base: Plan) -> Plan:
         if self.prefix_capacity_bytes is not None:
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
-        base = registry.with_added(base, [registry.entry(e) for e in self.added]).model_copy(update={"ep": self.ep})
+        update = {"ep": self.ep, "cp": self.cp}
+        base = registry.with_added(base, [registry.entry(e) for e in self.added]).model_copy(update=update)
         return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
 
 
@@ -243,7 +244,13 @@ def search_serving(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
     combos = registry.option_combinations("serving")
-    t = _evaluate(m, job, base, system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, kernels, combos)
+    tables = [
+        _evaluate(
+            m, job, base.model_copy(update={"cp": cp}), system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, kernels, combos
+        )
+        for cp in context_degrees(job, base, system.num_devices)
+    ]
+    t = tables[0] if len(tables) == 1 else _Table.concat(tables)
     priced = t.priced
     score = {
         "throughput": -priced.throughput_tokens_per_s,
@@ -253,8 +260,9 @@ def search_serving(
     }[objective]
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     rows = t.rows
-    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0) + rows.tp * rows.pp
-    simple += rows.ep > 1
+    cps = rows.cp if rows.cp is not None else np.ones(len(rows), dtype=np.int64)
+    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0)
+    simple += rows.tp * cps * rows.pp + (rows.ep > 1) + (cps > 1)
     simple += np.array([len(entries) for entries in combos])[t.added]
     order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
@@ -287,6 +295,34 @@ class _Table:
     """Index into the combinations of registered techniques' options."""
     drop: np.ndarray
     """Accuracy drop (those above the job's budget are marked infeasible)."""
+
+    @staticmethod
+    def concat(tables: list[_Table]) -> _Table:
+        """The candidates of several searches (one per context-parallel degree), in turn."""
+
+        def cat(objs: list[Any]) -> Any:
+            first = objs[0]
+            if isinstance(first, np.ndarray):
+                return np.concatenate(objs)
+            return type(first)(*(cat([getattr(o, f) for o in objs]) for f in first.__dataclass_fields__))
+
+        return _Table(*(cat([getattr(t, f) for t in tables]) for f in _Table.__dataclass_fields__))
+
+
+def context_degrees(job: ServingJob, base: Plan, devices: int) -> list[int]:
+    """The context-parallel degrees the serving search tries: 1, each power of two that divides the devices while a
+    group keeps :data:`aitrinity.plan.search.CP_MIN_TOKENS` of a prompt (below that the ring is not hidden behind the
+    attention, and a prompt that short fits without it), and the scenario's own; only 1 for a scenario with
+    disaggregated pools or expert parallelism (CP is priced for aggregated replicas without EP)."""
+    if base.disaggregation is not None or base.ep > 1:
+        return [1]
+    out, cp = [1], 2
+    while devices % cp == 0 and job.prompt_tokens // cp >= CP_MIN_TOKENS:
+        out.append(cp)
+        cp *= 2
+    if base.cp not in out:
+        out.append(base.cp)
+    return out
 
 
 def _evaluate(

@@ -150,20 +150,25 @@ def test_a_concurrency_beyond_what_memory_holds_is_named_as_such():
     assert 0 < led.serving.running < big.batch  # diagnose: runs what fits, the rest wait
 
 
-def test_the_serving_search_keeps_the_scenarios_context_parallelism():
-    """The serving search does not search CP but keeps the scenario's for every candidate: replicas of tp x cp x pp
-    devices, each priced as `diagnose` prices the plan it returns."""
+def test_the_serving_search_tries_context_parallelism_for_long_prompts():
+    """Context-parallel degrees are searched while a group keeps >= 8,192 tokens of a prompt (1, 2, 4, 8 for 64k on
+    32 GPUs; only 1 for a 4k prompt), each candidate a replica of tp x cp x pp devices priced as `diagnose` prices the
+    plan it returns."""
+    from aitrinity.plan.search_serving import context_degrees
+
     m = catalog.model("llama-3.1-70b")
     system = make_system(n=32)
     job = ServingJob(prompt_tokens=65536, output_tokens=128, batch=4)
-    res = search_serving(m, job, Plan(tp=8, cp=2), system, top=20, pareto=False)
-    assert res.best is not None and all(c.cp == 2 for c in res.top)
+    assert context_degrees(job, Plan(), 32) == [1, 2, 4, 8]
+    assert context_degrees(job.model_copy(update={"prompt_tokens": 4096}), Plan(), 32) == [1]
+    assert context_degrees(job, Plan(ep=2), 32) == [1]  # CP serving is priced without EP
+    res = search_serving(m, job, Plan(tp=8), system, top=200, pareto=False)
+    assert {c.cp for c in res.top} > {1}
     assert all(c.replicas * c.tp * c.cp * c.pp == 32 for c in res.top)
-    assert "cp2" in res.best.layout
-    c = res.best
-    plan = c.plan(Plan(tp=8, cp=2))
-    assert plan.cp == 2
-    led = serving_ledger("s", m, job.model_copy(update={"batch": c.batch}), plan, system)
-    est = price_serving_ledger(led, m, plan, job.model_copy(update={"batch": c.batch}), system)
-    assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
-    assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
+    for c in (next(c for c in res.top if c.cp > 1), res.best):
+        plan = c.plan(Plan(tp=8))
+        assert plan.cp == c.cp and (f"cp{c.cp}" in c.layout) == (c.cp > 1)
+        at = job.model_copy(update={"batch": c.batch})
+        est = price_serving_ledger(serving_ledger("s", m, at, plan, system), m, plan, at, system)
+        assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
+        assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
