@@ -351,13 +351,15 @@ def context_parallel_time(
     d: int,
 ) -> Array:
     """One layer's context-parallel traffic on a rank, as much of it as the attention does not hide (Yang et al.
-    2024, "Context Parallelism for Scalable Million-Token Inference"): pass-KV ring attention for a prompt -- every
-    rank receives the other ranks' K and V of the new tokens, ``(cp-1)/cp`` of them, a block at a time while it
-    attends to the blocks it has, so only what outlasts the rank's prefill attention shows -- and, for decodes, the
-    merge of each rank's partial attention (its outputs and log-sum-exps for every decode's heads), gathered from
-    every rank. The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network.
-    Each rank runs the decodes' projections and MLP itself (the weights are whole on every CP rank), so their
-    queries need no exchange."""
+    2024, "Context Parallelism for Scalable Million-Token Inference"): ring attention for a prompt -- pass-KV, every
+    rank receiving the other ranks' K and V of the prompt and of its cached prefix, ``(cp-1)/cp`` of them, or pass-Q,
+    the new tokens' queries going round and their partial outputs coming back, whichever moves fewer bytes (the
+    paper's choice: pass-Q once the cache is much longer than the new tokens), a block at a time while the rank
+    attends to the blocks it has, so only what outlasts its prefill attention shows -- and, for decodes, the merge of
+    each rank's partial attention (its outputs and log-sum-exps for every decode's heads), gathered from every rank.
+    The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network. Each rank runs
+    the decodes' projections and MLP itself (the weights are whole on every CP rank), so their queries need no
+    exchange."""
     cp = np.asarray(lay.cp)
     kv_bytes = value_bytes(k, lay.kv_dtype)
     per_token = (1 if m.mla else 2) * g * d * kv_bytes  # one layer's K and V (MLA: its latent) on a TP rank
@@ -368,10 +370,14 @@ def context_parallel_time(
         return lay.scale_out.all_to_all(k, total, cp, lay.tp)
 
     prompt = nps * plen
-    ring = np.where(prompt > 0, gather(prompt * per_token), 0.0)
+    dv = m.mla.v_head_dim if m.mla else m.dim_head
+    widths = mla_widths(m)
+    qk = widths[0] if widths else d  # a query's width (MLA: its up-projected no-RoPE and RoPE parts)
+    pass_kv = nps * (plen + prefix) * per_token
+    pass_q = prompt * a * (qk * 2.0 + dv * 2.0 + 4.0)  # bf16 queries out, bf16 outputs and fp32 log-sum-exps back
+    ring = np.where(prompt > 0, gather(np.minimum(pass_kv, pass_q)), 0.0)
     zero = np.zeros(np.shape(prompt))
     pre = _attention(m, k, lay, a, g, d, zero, zero, nps, plen, prefix, None, mla_widths(m))
-    dv = m.mla.v_head_dim if m.mla else m.dim_head
     partial = dec * a * (dv * 2.0 + 4.0)  # bf16 outputs and fp32 log-sum-exps of a rank's heads
     merge = np.where(dec > 0, gather(partial * cp), 0.0)
     out: Array = np.where(cp > 1, np.maximum(ring - np.where(prompt > 0, pre, 0.0), 0.0) + merge, 0.0)

@@ -50,6 +50,7 @@ from aitrinity.cost.effects import find
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
+from aitrinity.cost.operators import mla_widths
 from aitrinity.cost.params import ParamCount, count
 from aitrinity.cost.speculation import Speculation, draft_model
 from aitrinity.errors import SpecError
@@ -444,11 +445,17 @@ class ServingArrays:
         kv_loaded = batch * kv_tokens_held(m, cached) * kv_tok
         hbm = passes * read + kv_written + kv_loaded
         streams = self._tp_pp(batch * new / cp, "PP activations") + self._weight_stream(read, passes)
-        if np.any(cp > 1):  # every rank gathers the others' K and V of the new tokens, layer by layer (pass-KV ring)
-            kv_new = batch * new * kv_tok * cp / m.num_layers  # one layer's K and V of the prompt on a TP rank
+        if np.any(cp > 1):  # ring attention, layer by layer: the K and V of prompt and prefix round, or the queries
+            kv = batch * kv_tokens_held(m, prompt) * kv_tok * cp / m.num_layers  # a layer's on a TP rank (pass-KV)
+            widths = mla_widths(m)
+            qk, dv = widths if widths else (m.dim_head, m.dim_head)
+            q = batch * new * m.num_attention_heads / tp * (2.0 * qk + 2.0 * dv + 4.0)  # pass-Q (as operators)
             layers = np.full(len(batch), float(m.num_layers))
             group, stride = cp.astype(np.int64), self.rows.tp
-            streams.append(coll.Stream("CP K/V ring (per layer)", "all-gather", kv_new, layers, cp > 1, group, stride))
+            ring = np.minimum(kv, q)
+            streams.append(
+                coll.Stream("CP ring attention (per layer)", "all-gather", ring, layers, cp > 1, group, stride)
+            )
         if fx.prefix_tier != "hbm" and cached:
             ch = CHANNEL_OF_TIER[fx.prefix_tier]
             moved = kv_loaded * ratio * pp

@@ -353,3 +353,25 @@ def test_context_parallel_decode_attends_a_shard_of_each_context_and_merges_the_
     dev = catalog.device("h100-sxm")
     base = kv_capacity_tokens(m, Layout(tp=8), dev.memory_capacity_bytes, pool)
     assert kv_capacity_tokens(m, Layout(tp=8, cp=4), dev.memory_capacity_bytes, pool) == pytest.approx(4 * base, abs=4)
+
+
+def test_a_prompt_over_a_long_cached_prefix_passes_its_queries_round_not_the_cache(k):
+    """Yang et al. 2024: pass-KV for a full prefill, pass-Q once the cached context dwarfs the new tokens -- the ring
+    moves the smaller of the K and V of prefix + prompt and the prompt's queries and partial outputs."""
+    from aitrinity.cost.operators import ScaleOut, attention_shape, context_parallel_time
+
+    m = catalog.model("llama-3.1-70b")
+    lay = Layout(tp=8, cp=4, scale_out=ScaleOut(8, 0.85 * 50e9, 5e-6))
+    a, g, d = attention_shape(m, 8)
+    one = np.ones(1)
+
+    def ring(new: float, cached: float) -> float:
+        return float(context_parallel_time(m, k, lay, 0 * one, one, new * one, cached * one, a, g, d)[0])
+
+    kv_per_token, q_per_token = 2 * g * d * 2.0, a * (2 * d * 2.0 + 4.0)
+    assert q_per_token > kv_per_token  # GQA: a token's queries outweigh its K and V
+    # a 512-token turn on a 256k-token cached conversation: the queries go round (4x less than the cache's K and V)
+    assert 512 * q_per_token < (512 + 262144) * kv_per_token
+    hidden = ring(512, 262144)
+    far = 5e-6 + 512 * q_per_token * 3 / 4 / (0.85 * 50e9)  # each of the 4 groups on its own node
+    assert hidden <= far

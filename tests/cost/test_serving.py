@@ -116,7 +116,7 @@ def test_context_parallel_serving_splits_a_prompt_and_shards_its_kv():
     assert pre.flops.forward == pytest.approx(pre1.flops.model_total / 32)
     mem, mem1 = ({i.category: i.bytes for i in x.memory} for x in (cp, one))
     assert mem["kv_cache"] == pytest.approx(mem1["kv_cache"] / 4) and mem["weights"] == mem1["weights"]
-    [ring] = [t for t in pre.traffic if t.purpose.startswith("CP K/V ring")]
+    [ring] = [t for t in pre.traffic if t.purpose.startswith("CP ring attention")]
     per_layer = 2 * 65536 * kv_bytes_per_token(m, "bf16") / 8 / m.num_layers  # K and V of a layer on a TP rank
     assert ring.bytes_per_device == pytest.approx(m.num_layers * per_layer * 3 / 4)
     assert ring.channel == "inter_node"
