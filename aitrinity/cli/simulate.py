@@ -171,6 +171,13 @@ def _serving_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=count(1, 10**7), help="with --concurrency: requests (default 10 x concurrency)")
     p.add_argument("--tp", type=count(1, 64), default=1, help="GPUs per instance, tensor parallel (default 1)")
     p.add_argument(
+        "--cp",
+        type=count(1, 1024),
+        default=1,
+        help="with --engine or --concurrency: context-parallel groups of --tp GPUs per instance, each prompt split "
+        "over them (ring attention) and each sequence's KV sharded (default 1)",
+    )
+    p.add_argument(
         "--engine",
         choices=("generic", "trtllm", "vllm", "sglang"),
         help="time iterations with the operator model and this engine's kernels, and schedule them as it does "
@@ -349,6 +356,8 @@ def _serving(args: argparse.Namespace) -> int:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
     link = catalog.link(args.kv_link)
     closed = _closed_loop(args)
+    if args.cp > 1 and not (args.engine or closed):
+        raise SpecError("--cp", args.cp, "1 without --engine or --concurrency (the operator model prices CP)")
     step = _operator_step(args, m, d) if args.engine or closed else None
     sched = scheduling(args.engine or "generic") if step is not None else EngineScheduling(token_budget=2048)
     engine_kv: dict[str, Any] = {}
@@ -359,7 +368,7 @@ def _serving(args: argparse.Namespace) -> int:
     cfg = for_device(
         d,
         args.instances,
-        memory_capacity_bytes=d.memory_capacity_bytes * args.tp,
+        memory_capacity_bytes=d.memory_capacity_bytes * args.tp * args.cp,
         weights_dtype=args.dtype,
         token_budget=args.token_budget or sched.token_budget,
         mixed_batches=sched.mixed_batches,
@@ -459,12 +468,17 @@ def _kernels(args: argparse.Namespace, d: DeviceSpec, m: ModelSpec) -> Kernels:
 
 
 def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> OperatorStep:
+    from aitrinity import catalog
     from aitrinity.cost.concurrency import profile
-    from aitrinity.cost.operators import Layout
+    from aitrinity.cost.operators import Layout, ScaleOut
     from aitrinity.sim.serving import OperatorStep
 
     prof = profile(args.engine or "generic")
-    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic")
+    cp = args.cp
+    scale_out = None
+    if args.tp * cp > d.typical_devices_per_node:  # the CP groups sit on several nodes
+        scale_out = ScaleOut.over(d.typical_devices_per_node, catalog.link(d.typical_inter_node_link))
+    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic", scale_out=scale_out, cp=cp)
     return OperatorStep(m, _kernels(args, d, m), lay, prof.step_overhead_s)
 
 
@@ -516,8 +530,13 @@ def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[st
         if args.prefill_instances
         else f"{args.instances} instance(s)"
     )
+    gpus = (
+        f"{args.tp} x {args.device}"
+        if args.cp == 1
+        else f"{args.tp * args.cp} x {args.device} (tp {args.tp} x cp {args.cp})"
+    )
     print(
-        f"{args.concurrency} clients on {pools} of {args.tp} x {args.device}, {args.model} "
+        f"{args.concurrency} clients on {pools} of {gpus}, {args.model} "
         f"({args.dtype}, {engine} kernels): {r.requests:,} requests of {args.isl} -> {args.osl} tokens"
     )
     print(

@@ -55,3 +55,26 @@ def test_a_disaggregated_closed_loop_names_its_pools_and_prints_its_disaggregate
     twin = data["analytic_steady_state"]  # aitrinity.cost.disaggregated on the same pools, kernels and link
     assert data["finished"] == 80 and twin["ttft_s"] > 0
     assert abs(data["tpot_s"]["mean"] / twin["tpot_s"] - 1) < 0.25
+
+
+def test_a_context_parallel_instance_splits_each_long_prompt_over_its_groups(capsys):
+    """--cp 4: an instance of 4 groups of tp 8 GPUs; each 64k-token prompt split over the groups (ring attention), each
+    sequence's KV sharded. TTFT falls about as the prompt's share of each group does, and the analytic steady state
+    of the same layout follows it; --cp needs the operator model (--engine or --concurrency)."""
+    import json
+
+    from aitrinity.cli.main import main
+
+    args = ["simulate", "serving", "--concurrency", "2", "--isl", "65536", "--osl", "16", "--requests", "6"]
+    args += ["--model", "llama-3.1-70b", "--tp", "8", "--quiet", "--json"]
+    runs = {}
+    for cp in (1, 4):
+        assert main([*args, "--cp", str(cp)]) == 0
+        runs[cp] = json.loads(capsys.readouterr().out)
+    one, four = runs[1], runs[4]
+    assert four["ttft_s"]["mean"] < one["ttft_s"]["mean"] / 2.5
+    assert four["analytic_steady_state"]["ttft_s"] < one["analytic_steady_state"]["ttft_s"] / 2.5
+    assert main([*args[:-1], "--cp", "4"]) == 0
+    assert "2 clients on 1 instance(s) of 32 x h100-sxm (tp 8 x cp 4)" in capsys.readouterr().out
+    assert main(["simulate", "serving", "--cp", "2", "--quiet"]) == 2  # a trace replay without --engine
+    assert "--cp" in capsys.readouterr().err
