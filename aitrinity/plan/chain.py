@@ -323,10 +323,8 @@ def _naive(
     naive: dict[str, Any],
     uneven: bool = True,
 ) -> _State | None:
-    """The naive plan on the smallest model-parallel layout the job allows (``uneven``: :func:`layouts`; serving keeps
-    the scenario's context-parallel degree)."""
-    cp = 1 if uneven else base.cp
-    for tp, pp in sorted(layouts(m, system, base.ep, uneven, cp), key=lambda x: (x[0] * x[1], x[1])):
+    """The naive plan on the smallest model-parallel layout the job allows (``uneven``: :func:`layouts`)."""
+    for tp, pp in sorted(layouts(m, system, base.ep, uneven), key=lambda x: (x[0] * x[1], x[1])):
         state = run({**naive, "tp": tp, "pp": pp})
         if state is not None:
             return state
@@ -349,6 +347,7 @@ _SERVING = _Kind(
         "tp": "tp",
         "pp": "pp",
         "ep": "ep",
+        "cp": "cp",
         "batch": "batch",
         "kv_offload": "kv-offload",
         "weight_quantization": "weight-quantization",
@@ -361,6 +360,7 @@ _SERVING = _Kind(
         "tp": "tensor parallel",
         "pp": "pipeline parallel",
         "ep": "expert parallel",
+        "cp": "context parallel",
         "batch": "batch",
         "kv_offload": "KV offload",
         "weight_quantization": "weight quantization",
@@ -413,6 +413,7 @@ def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
         "tp": plan.tp,
         "pp": plan.pp,
         "ep": plan.ep,
+        "cp": plan.cp,
         "batch": batch,
         "kv_offload": getattr(kinds.get("kv-offload"), "fraction", 0.0),
         "weight_quantization": getattr(kinds.get("weight-quantization"), "dtype", "none"),
@@ -440,7 +441,7 @@ def serving_chain(
         kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
         kept += _extra_entries(values, "serving")
         plan = row_plan(
-            base.model_copy(update={"exchanges": kept, "ep": values["ep"]}),
+            base.model_copy(update={"exchanges": kept, "ep": values["ep"], "cp": values["cp"]}),
             values["tp"],
             values["pp"],
             values["kv_offload"],
@@ -468,7 +469,7 @@ def serving_chain(
         )
     else:
         no_ep = base.model_copy(update={"ep": 1}) if m.moe else base  # a dense model keeps the scenario's ep
-        naive = _serving_values(no_ep.model_copy(update={"tp": 1, "pp": 1, "exchanges": []}), first_batch)
+        naive = _serving_values(no_ep.model_copy(update={"tp": 1, "pp": 1, "cp": 1, "exchanges": []}), first_batch)
         state = _naive(m, system, no_ep, run, naive, uneven=False)
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system")

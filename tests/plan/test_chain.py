@@ -65,3 +65,15 @@ def test_serving_chain_reuses_prefixes_where_prefill_compute_binds():
     assert len(set(ch.pathways)) >= 2
     best = rep.search.best
     assert ch.steps[-1].score_after == pytest.approx(1.0 / best.throughput_tokens_per_s)
+
+
+def test_a_serving_chain_reaches_a_context_parallel_best_plan():
+    """examples/long-context-serving.yaml: 128k-token prompts; the search's best splits them over cp groups, and the
+    chain from the naive plan (no CP) gets there with a "context parallel" step, ending on the best plan's score."""
+    rep = api.plan("examples/long-context-serving.yaml")
+    best = rep.search.best
+    assert best.cp > 1
+    ch = rep.chain
+    step = next(s for s in ch.steps if s.exchange == "cp")
+    assert step.change == f"context parallel 1 -> {best.cp}" and step.pathway == "bandwidth->memory"
+    assert ch.steps[-1].score_after == pytest.approx(1.0 / best.throughput_tokens_per_s)

@@ -75,13 +75,14 @@ CP = register(
             "context parallelism",
             "bandwidth->memory",
             "K/V all-gathers (ring) or Q/K/V/O all-to-alls (Ulysses) per layer",
-            "activation bytes per device (each rank holds 1/cp of a sequence)",
+            "activation or KV-cache bytes per device and a prompt's prefill time (each rank holds 1/cp of a sequence)",
             None,
             "above",
             "hidden",
-            "Liu et al. 2023 (ring attention); Jacobs et al. 2023 (DeepSpeed-Ulysses); Dubey et al. 2024, sec. 3.3.2",
+            "Liu et al. 2023 (ring attention); Jacobs et al. 2023 (DeepSpeed-Ulysses); Dubey et al. 2024, sec. 3.3.2; "
+            "Yang et al. 2024 (context parallelism in inference)",
         ),
-        ("training",),
+        ("training", "serving"),
         searched=True,
         used=lambda p: p.cp > 1,
     )
