@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
-from aitrinity.cost.training import PP_TRAFFIC, TP_TRAFFIC
+from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, TP_TRAFFIC
 from aitrinity.spec.scenario import System
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
 
@@ -606,7 +606,7 @@ def concurrency_metrics(
     )
 
 
-OPERATOR_PRICED = (TP_TRAFFIC, PP_TRAFFIC)
+OPERATOR_PRICED = (TP_TRAFFIC, PP_TRAFFIC, CP_GATHER)
 """Traffic of a training step the operator model times itself (TP collectives, pipeline sends); the rest
 (data-parallel gradients, EP all-to-all, offload streams) are priced on their links."""
 
@@ -616,6 +616,7 @@ TRAINING_PARTS = {
     "communication": "TP collectives",
     "elementwise": "element-wise kernels (norms, dropout, activation, loss)",
     "p2p": "pipeline sends and receives",
+    "cp_gather": "CP K/V all-gathers in series (cp_method allgather)",
     "bubble": "pipeline bubble (fill and drain)",
     "optimizer": "optimizer step",
     "exchange": "exchange work (compression)",
@@ -649,7 +650,7 @@ def estimate_training(
         (plan.tp, plan.pp, plan.ep, plan.virtual_stages),
         plan_microbatch(plan, ledger.training.seq_len),
         ledger.training.num_microbatches,
-        pipeline_send_s(ledger, system),
+        serial_send_s(ledger, system),
         optimizer_step_bytes(ledger),
     )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
@@ -735,9 +736,11 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
         float(step.latency_s),
         "TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
     )
+    gather = serial_send_s(ledger, system, (CP_GATHER,)) * mb
     parts = {
         **ops,
-        "p2p": float(st.p2p_s) * mb,
+        "p2p": float(st.p2p_s) * mb - gather,
+        "cp_gather": gather,
         "bubble": float(st.bubble_s),
         "optimizer": float(st.optimizer_s),
         "exchange": exchange_s,
@@ -765,13 +768,14 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     )
 
 
-def pipeline_send_s(led: Ledger, system: System) -> float:
-    """Seconds of pipeline sends per micro-batch slot, from the ledger's PP traffic on its link."""
+def serial_send_s(led: Ledger, system: System, purposes: tuple[str, ...] = (PP_TRAFFIC, CP_GATHER)) -> float:
+    """Seconds per micro-batch slot of the link traffic in series with the kernels -- pipeline sends, and the K/V
+    all-gathers of ``cp_method: allgather`` -- from the ledger's traffic of those ``purposes`` on its links."""
     ph = led.phases[0]
-    pp = [t for t in ph.traffic if t.purpose == PP_TRAFFIC]
-    if not pp or led.training is None:
+    sent = [t for t in ph.traffic if t.purpose in purposes]
+    if not sent or led.training is None:
         return 0.0
-    links = resource_times(ph.model_copy(update={"traffic": pp}), system, led.compute_dtype)
+    links = resource_times(ph.model_copy(update={"traffic": sent}), system, led.compute_dtype)
     return sum(x.time_s for x in links if x.kind == "link") / led.training.num_microbatches
 
 

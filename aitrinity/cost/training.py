@@ -28,10 +28,11 @@ Communication per step, per device (payload ``A = b·s·h`` activation bytes):
   micro-batch (Lepikhin et al. 2020, GShard §2.2), of ``b·s·k·h`` bytes.
 * CP, ``ring``: every rank needs every earlier chunk's K and V: per layer per micro-batch an all-gather
   of the sequence's K and V forward, and backward another and a reduce-scatter of their gradients (ring
-  attention passes the same bytes in ``cp - 1`` steps, overlapped with the attention kernels; Llama 3
-  all-gathers them); full recomputation repeats the forward one. ``ulysses`` (Jacobs et al. 2023,
-  DeepSpeed-Ulysses §3.1): all-to-alls of Q, K, V before the attention and of its output after,
-  forward and backward, each rank's ``s/cp`` tokens of those widths.
+  attention passes the same bytes in ``cp - 1`` steps, overlapped with the attention kernels); full
+  recomputation repeats the forward one. ``allgather``: the same bytes, gathered before the attention and in
+  series with the kernels (Llama 3, Dubey et al. 2024, §3.3.2), so the operator model times them in the step.
+  ``ulysses`` (Jacobs et al. 2023, DeepSpeed-Ulysses §3.1): all-to-alls of Q, K, V before the attention and of
+  its output after, forward and backward, each rank's ``s/cp`` tokens of those widths.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ B = NDArray[np.bool_]
 
 TP_TRAFFIC = "TP activations (per layer)"
 PP_TRAFFIC = "PP activations and gradients"
-"""The purposes of the traffic the training operator model times itself (the rest is priced on links)."""
+CP_GATHER = "CP K/V all-gather (in series, allgather)"
+"""The purposes of the traffic the training operator model times itself, in series with the kernels (the rest is
+priced on links, under the system's overlap model)."""
 
 
 @dataclass(frozen=True)
@@ -511,12 +514,15 @@ def _cp_streams(
     ``layer_passes`` = layers x micro-batches, ``extra`` = 2 where full recomputation repeats the forward."""
     cp, yes = base.cp, np.ones(len(b), dtype=np.bool_)
     kv, qo = cp_widths(m, t)
-    if base.cp_method == "ring":  # the sequence's K and V gathered forward (and again backward), their grads scattered
-        gathered = b * s * kv * act
+    if base.cp_method in ("ring", "allgather"):  # the K and V gathered forward (and backward), their grads scattered
+        gathered, times = b * s * kv * act, layer_passes * (2.0 + extra / 2)
+        if base.cp_method == "allgather":  # in series with the kernels: the operator model times it
+            return [
+                coll.Stream(CP_GATHER, "all-gather", gathered, times, yes, cp, t, timed=True),
+                coll.Stream(CP_GATHER, "reduce-scatter", gathered, layer_passes, yes, cp, t, timed=True),
+            ]
         return [
-            coll.Stream(
-                "CP K/V all-gather (ring)", "all-gather", gathered, layer_passes * (2.0 + extra / 2), yes, cp, t
-            ),
+            coll.Stream("CP K/V all-gather (ring)", "all-gather", gathered, times, yes, cp, t),
             coll.Stream("CP K/V gradient reduce-scatter (ring)", "reduce-scatter", gathered, layer_passes, yes, cp, t),
         ]
     # Ulysses: Q, K, V in and the output back, forward and backward; each rank's s/cp tokens

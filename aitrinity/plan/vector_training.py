@@ -30,7 +30,7 @@ from aitrinity.cost.train_operators import (
     schedule,
     slowest_stage,
 )
-from aitrinity.cost.training import PP_TRAFFIC, columns, layout_constants
+from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, columns, layout_constants
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.plan.rows import combine, first_failed
@@ -162,12 +162,12 @@ def price_rows(
     # --- link bytes and messages per channel; the operator model times the TP and PP streams itself
     ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)
     timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
-    send = np.zeros(n)
+    send = np.zeros(n)  # the link traffic in series with the kernels: pipeline sends, CP all-gathers (allgather)
     for x in c.streams:
         link = x.channel(system)
-        if x.purpose == PP_TRAFFIC and link is not None:
+        if x.purpose in (PP_TRAFFIC, CP_GATHER) and link is not None:
             nbytes, msgs = x.sent()
-            send = np.broadcast_to(link_time(system, link, nbytes, msgs), (n,))
+            send = send + link_time(system, link, nbytes, msgs)
     hardware = 3.0 * c.forward + c.recompute + c.exchange
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
     s, b = job.seq_len, rows.micro_batch.astype(np.float64)

@@ -274,10 +274,12 @@ class Plan(Spec):
     cp: int = Field(default=1, gt=0, le=MAX_COUNT)
     """Context parallelism, each sequence split over ``cp`` ranks: in training (``aitrinity.cost.training``), and in
     serving for a prompt's prefill, its KV cache sharded over the ranks (``aitrinity.cost.serving``)."""
-    cp_method: Literal["ring", "ulysses"] = "ring"
-    """How the ``cp`` ranks share attention: ``ring`` passes K and V around the group (ring attention; Llama 3's
-    all-gather of K and V moves the same bytes), ``ulysses`` re-partitions Q, K, V and the output by heads with
-    all-to-alls (DeepSpeed-Ulysses)."""
+    cp_method: Literal["ring", "allgather", "ulysses"] = "ring"
+    """How the ``cp`` ranks share attention: ``ring`` passes K and V around the group while it attends (ring
+    attention, the transfers hidden behind the attention kernels), ``allgather`` gathers the sequence's K and V before
+    each layer's attention, in series with it (Llama 3's: "exposed in the critical path", Dubey et al. 2024, §3.3.2;
+    the same bytes as the ring), ``ulysses`` re-partitions Q, K, V and the output by heads with all-to-alls
+    (DeepSpeed-Ulysses). Serving runs ``ring``."""
     micro_batch: int = Field(default=1, gt=0, le=MAX_COUNT)
     virtual_stages: int = Field(default=1, gt=0, le=MAX_COUNT)
     zero: Literal[0, 1, 2, 3] = 0

@@ -126,3 +126,24 @@ def test_serving_takes_ring_context_parallelism_and_refuses_the_rest():
     assert check_plan(Plan(cp=2), catalog.model(L8B), make_system(n=2), training=False) == 1
     with pytest.raises(SpecError, match=r"plan\.cp.*cp_method ring"):
         check_plan(Plan(cp=2, cp_method="ulysses"), catalog.model(L8B), make_system(n=2), training=False)
+
+
+def test_llama_3s_allgather_moves_the_rings_bytes_in_series_with_the_kernels():
+    """cp_method allgather (Dubey et al. 2024, §3.3.2: the all-gather "exposed in the critical path") moves the bytes
+    the ring moves, but the operator model times them in the step: the step grows by their link time over every
+    micro-batch slot, bubble included, where the ring's hid behind the kernels (max overlap); the breakdown names
+    them."""
+    system = make_system(n=32, per_node=4)  # cp 4 groups of tp 2 span two nodes: the gathers cross the network
+    ring_plan, gather_plan = Plan(tp=2, cp=4), Plan(tp=2, cp=4, cp_method="allgather")
+    ring, gather = _ledger(ring_plan, n=32, per_node=4), _ledger(gather_plan, n=32, per_node=4)
+    moved = [sum(t.bytes_per_device for t in _traffic(x, "CP K/V")) for x in (ring, gather)]
+    assert moved[0] == pytest.approx(moved[1]) and moved[0] > 0
+    m = catalog.model(L8B)
+    est_ring = price_training_ledger(ring, m, ring_plan, system)
+    est_gather = price_training_ledger(gather, m, gather_plan, system)
+    parts = {o.operator: o.time_s for o in est_gather.phases[0].operators}
+    assert parts["cp_gather"] > 0 and "cp_gather" not in {o.operator for o in est_ring.phases[0].operators}
+    # pp 1: no bubble to grow; the ring's bytes were hidden, the gathers' add to the step
+    assert est_gather.training.step_time_s == pytest.approx(est_ring.training.step_time_s + parts["cp_gather"])
+    with pytest.raises(SpecError, match="cp_method ring"):
+        check_plan(gather_plan, m, make_system(n=8), training=False)  # serving runs the ring

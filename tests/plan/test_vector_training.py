@@ -21,6 +21,16 @@ from tests.conftest import make_system
 CASES = [
     # (model, devices, devices per node, tp, pp, job, base plan, system kwargs)
     ("llama-3.1-8b", 16, 8, 2, 2, TrainingJob(seq_len=2048, global_batch=32), Plan(), {"host_memory": "host-dram"}),
+    (  # Llama 3's context parallelism: the K/V all-gathers in series with the kernels
+        "llama-3.1-8b",
+        32,
+        8,
+        2,
+        2,
+        TrainingJob(seq_len=32768, global_batch=16),
+        Plan(cp=2, cp_method="allgather"),
+        {"host_memory": "host-dram"},
+    ),
     (  # collectives holding SMs beside the GEMMs, under max overlap
         "llama-3.1-8b",
         16,
