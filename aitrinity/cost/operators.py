@@ -338,6 +338,26 @@ def shared_expert_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array) -> 
     return out
 
 
+def cp_ring_bytes(m: ModelSpec, heads: ArrayLike, kv_per_token: ArrayLike, new: Array, held: Array) -> Array:
+    """One layer's ring-attention payload for a prompt of ``new`` tokens over a context of ``held`` tokens on a TP
+    rank of ``heads`` query heads (its whole, gathered: each rank receives ``(cp-1)/cp`` of it): pass-KV, the context's
+    K and V at ``kv_per_token`` bytes, or pass-Q, the new tokens' queries round and their partial outputs back,
+    whichever is smaller (Yang et al. 2024: pass-Q once the cache is much longer than the new tokens)."""
+    widths = mla_widths(m)
+    qk, dv = widths if widths else (m.dim_head, m.dim_head)  # MLA: a query's up-projected no-RoPE and RoPE parts
+    pass_q = new * np.asarray(heads) * (qk * 2.0 + dv * 2.0 + 4.0)  # bf16 queries out; bf16 outputs, fp32 lse back
+    out: Array = np.minimum(held * np.asarray(kv_per_token), pass_q)
+    return out
+
+
+def cp_merge_bytes(m: ModelSpec, heads: ArrayLike, decodes: Array, cp: ArrayLike) -> Array:
+    """One layer's merge of a decode step's partial attention over ``cp`` ranks (the whole, gathered): each rank's
+    outputs and log-sum-exps for every decode's ``heads`` query heads on its TP rank."""
+    dv = m.mla.v_head_dim if m.mla else m.dim_head
+    out: Array = decodes * np.asarray(heads) * (dv * 2.0 + 4.0) * np.asarray(cp)
+    return out
+
+
 def context_parallel_time(
     m: ModelSpec,
     k: Kernels,
@@ -370,16 +390,10 @@ def context_parallel_time(
         return lay.scale_out.all_to_all(k, total, cp, lay.tp)
 
     prompt = nps * plen
-    dv = m.mla.v_head_dim if m.mla else m.dim_head
-    widths = mla_widths(m)
-    qk = widths[0] if widths else d  # a query's width (MLA: its up-projected no-RoPE and RoPE parts)
-    pass_kv = nps * (plen + prefix) * per_token
-    pass_q = prompt * a * (qk * 2.0 + dv * 2.0 + 4.0)  # bf16 queries out, bf16 outputs and fp32 log-sum-exps back
-    ring = np.where(prompt > 0, gather(np.minimum(pass_kv, pass_q)), 0.0)
+    ring = np.where(prompt > 0, gather(cp_ring_bytes(m, a, per_token, prompt, nps * (plen + prefix))), 0.0)
     zero = np.zeros(np.shape(prompt))
     pre = _attention(m, k, lay, a, g, d, zero, zero, nps, plen, prefix, None, mla_widths(m))
-    partial = dec * a * (dv * 2.0 + 4.0)  # bf16 outputs and fp32 log-sum-exps of a rank's heads
-    merge = np.where(dec > 0, gather(partial * cp), 0.0)
+    merge = np.where(dec > 0, gather(cp_merge_bytes(m, a, dec, cp)), 0.0)
     out: Array = np.where(cp > 1, np.maximum(ring - np.where(prompt > 0, pre, 0.0), 0.0) + merge, 0.0)
     return out
 

@@ -50,7 +50,7 @@ from aitrinity.cost.effects import find
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
-from aitrinity.cost.operators import mla_widths
+from aitrinity.cost.operators import cp_merge_bytes, cp_ring_bytes
 from aitrinity.cost.params import ParamCount, count
 from aitrinity.cost.speculation import Speculation, draft_model
 from aitrinity.errors import SpecError
@@ -275,7 +275,7 @@ class ServingRows:
     pp: Ints
     ep: Ints
     cp: Ints | None = None
-    """Context parallelism (None: 1 on every row; the planner does not search it)."""
+    """Context parallelism (None: 1 on every row)."""
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -446,13 +446,11 @@ class ServingArrays:
         hbm = passes * read + kv_written + kv_loaded
         streams = self._tp_pp(batch * new / cp, "PP activations") + self._weight_stream(read, passes)
         if np.any(cp > 1):  # ring attention, layer by layer: the K and V of prompt and prefix round, or the queries
-            kv = batch * kv_tokens_held(m, prompt) * kv_tok * cp / m.num_layers  # a layer's on a TP rank (pass-KV)
-            widths = mla_widths(m)
-            qk, dv = widths if widths else (m.dim_head, m.dim_head)
-            q = batch * new * m.num_attention_heads / tp * (2.0 * qk + 2.0 * dv + 4.0)  # pass-Q (as operators)
+            per_token = kv_tok * cp / m.num_layers  # one layer's K and V of a token on a TP rank
+            heads = m.num_attention_heads / tp
+            ring = cp_ring_bytes(m, heads, per_token, batch * new, batch * kv_tokens_held(m, prompt))
             layers = np.full(len(batch), float(m.num_layers))
             group, stride = cp.astype(np.int64), self.rows.tp
-            ring = np.minimum(kv, q)
             streams.append(
                 coll.Stream("CP ring attention (per layer)", "all-gather", ring, layers, cp > 1, group, stride)
             )
@@ -490,8 +488,7 @@ class ServingArrays:
         streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
         cp = self._cp
         if np.any(cp > 1):  # each rank's partial attention outputs (and log-sum-exps) of every decode, gathered
-            dv = m.mla.v_head_dim if m.mla else m.dim_head
-            partial = batch * m.num_attention_heads / tp * (2.0 * dv + 4.0) * cp
+            partial = cp_merge_bytes(m, m.num_attention_heads / tp, batch, cp)
             layers = np.full(len(batch), float(m.num_layers))
             group, stride = cp.astype(np.int64), self.rows.tp
             merge = coll.Stream("CP attention merge (per layer)", "all-gather", partial, layers, cp > 1, group, stride)

@@ -82,7 +82,7 @@ class ServingChoice(Result):
     ep: int = 1
     """Expert parallelism (MoE): each expert lives on one of ``ep`` replicas' GPUs, tokens cross by all-to-all."""
     cp: int = 1
-    """Context parallelism: the scenario's (the search keeps it; it does not search it)."""
+    """Context parallelism: each prompt split over ``cp`` groups of ``tp`` GPUs (:func:`context_degrees`)."""
 
     @property
     def layout(self) -> str:
@@ -188,8 +188,8 @@ def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
 
 
 def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]], cp: int = 1) -> ServingRows:
-    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout; every row at the scenario's
-    context-parallel degree ``cp`` (not searched)."""
+    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout; every row at the
+    context-parallel degree ``cp`` (one per call: :func:`search_serving` makes one call per degree)."""
     return _grid_of(host, batch, tuple(layouts), cp)
 
 
