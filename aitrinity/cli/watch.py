@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import sys
 import time
@@ -50,6 +49,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _get(url: str, path: str) -> bytes:
+    import http.client  # here, not at the top: it pulls in ssl, which every other command would pay for at start-up
+
     u = urllib.parse.urlsplit(url)
     if u.scheme != "http" or not u.hostname:
         raise SpecError("URL", url, "an http:// URL of a vLLM server")
