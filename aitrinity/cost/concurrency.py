@@ -15,14 +15,19 @@ the measured TPOT includes; a request's own prompt is in its TTFT, so a lone cli
 
 TTFT -- the prefill and the waits before it:
 
-    TTFT = t_request + n_prefill · t_step(decode c-1, prefill 1)  +  w_batch · (c-1)/2 · t_prefill(1)
+    TTFT = t_request + t_step(decode c-1, prefill 1) + (c-1)/c · (n_prefill - 1) · t_step(decode c-1, prefill 1)
+           + 1/c · L · t_step(decode c)  +  w_batch · (c-1)/2 · t_prefill(1)
 
 (for a prompt longer than the engine's token budget ``B``, the ``n_prefill - 1`` steps past the prompt's own are
 steps of ``B`` prompt tokens: a 128k-token prompt's work is not repeated by the step in flight or the lag)
 
 ``t_request`` the server's fixed work per request outside the GPU (HTTP, tokenization, hand-off);
 ``n_prefill`` mixed steps (the prompt's own step, the step in flight when it arrives, scheduler lag and
-the chunks of a long prompt); ``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
+the chunks of a long prompt), fitted where other clients keep the engine busy (the development runs have 4 to
+224); a lone client's prompt meets an idle engine, so it takes its own step and the ``L`` decode steps of a
+first-token lag (:attr:`EngineProfile.first_token_lag`), as the simulator replays it, and the fitted steps past its
+own are weighed by ``(c-1)/c`` between the two (an interpolation: no development run has fewer than 4 clients; with
+8 or more it is within 12.5% of the fit); ``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
 wave that arrives together -- all ``c`` clients start at once, so the first round is one such wave, and
 an engine whose clients stay synchronised (equal request lengths) keeps meeting them; ``w_batch`` is the
 share of requests that wait so (about 1/rounds when only the first round does). Engines differ in which
@@ -287,8 +292,14 @@ def steady_state(
         tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
         # the prompt's own work, then the other steps of n_prefill: steps of at most a token budget of prompt work
         # (the same as the prompt's own up to the budget, the development runs' range; a longer prompt's own work
-        # does not recur in the step in flight or the lag)
-        steps = mix.total + (prof.prefill_steps - 1.0) * chunk.total
+        # does not recur in the step in flight or the lag). A lone client meets no step in flight: its prompt's own
+        # step and the lag's decode steps; the fitted steps weigh (c-1)/c (module doc)
+        busy = (c - 1.0) / c
+        steps = (
+            mix.total
+            + busy * (prof.prefill_steps - 1.0) * chunk.total
+            + (1.0 - busy) * prof.first_token_lag * dec.total
+        )
         wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave
     # more clients than KV slots: a closed loop of `clients` around `c` slots, each held for the request's time in

@@ -193,18 +193,23 @@ def test_clients_beyond_the_kv_slots_wait_for_one(setup):
 
 
 def test_a_prompt_longer_than_the_token_budget_is_not_repeated_by_the_other_steps_of_its_ttft(setup):
-    """TTFT = t_request + t_mix + (n_prefill - 1) x a step of at most a token budget of prompt work: the same as
-    n_prefill x t_mix up to the budget (the development runs' prompts are at most 8,192 tokens), while a 64k-token
-    prompt's own work is counted once, not n_prefill times."""
+    """TTFT = t_request + t_mix + (c-1)/c x (n_prefill - 1) x a step of at most a token budget of prompt work
+    (+ 1/c of the lag's decode steps): the same as t_mix per step up to the budget (the development runs' prompts are
+    at most 8,192 tokens), while a 64k-token prompt's own work is counted once, not n_prefill times."""
     from aitrinity.cost.operators import StepShape, step_times
 
     m, k, lay = setup
-    prof = ENGINE_PROFILES["trtllm"]  # n_prefill 2.86
-    short = steady_state(m, k, lay, 1, 8192, 64, prof)
-    mix = float(short.mixed_step.total)
-    assert float(short.ttft_s) == pytest.approx(prof.request_overhead_s + prof.prefill_steps * mix)
-    long = steady_state(m, k, lay, 1, 65536, 64, prof)
-    budget = step_times(m, k, lay, StepShape(0.0, 1.0, 1.0, prof.token_budget), prof.step_overhead_s).total
-    expected = prof.request_overhead_s + float(long.mixed_step.total) + (prof.prefill_steps - 1.0) * float(budget)
-    assert float(long.ttft_s) == pytest.approx(expected)
+    prof = replace(ENGINE_PROFILES["trtllm"], batch_wait=0.0)  # n_prefill 2.86, no wave: the steps alone
+    c, busy, osl = 4, 0.75, 64
+    short = steady_state(m, k, lay, c, 8192, osl, prof)
+    mix, dec = float(short.mixed_step.total), float(short.decode_step.total)
+    lag = (1 - busy) * prof.first_token_lag * dec
+    expected = prof.request_overhead_s + mix + busy * (prof.prefill_steps - 1.0) * mix + lag
+    assert float(short.ttft_s) == pytest.approx(expected)
+    long = steady_state(m, k, lay, c, 65536, osl, prof)
+    chunk = StepShape(c - 1.0, 65536 + osl / 2, 1.0, prof.token_budget)
+    budget = step_times(m, k, lay, chunk, prof.step_overhead_s).total
+    lag = (1 - busy) * prof.first_token_lag * float(long.decode_step.total)
+    expected = prof.request_overhead_s + float(long.mixed_step.total) + busy * (prof.prefill_steps - 1.0) * budget
+    assert float(long.ttft_s) == pytest.approx(expected + lag)
     assert float(long.ttft_s) < prof.request_overhead_s + prof.prefill_steps * float(long.mixed_step.total)

@@ -386,3 +386,31 @@ def test_the_slot_wait_is_the_analytic_one():
     assert float(ss.slot_wait_s) > 0.5 * float(ss.ttft_s)  # the wait is most of it
     assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.1)
     assert sim.output_tokens_per_s == pytest.approx(float(ss.output_tokens_per_s), rel=0.05)
+
+
+def test_a_lone_client_pays_its_own_step_and_the_lag_not_the_fitted_steps():
+    """One client meets an idle engine: its prompt's own step and the first-token lag's decode step, as the simulator
+    replays it; the analytic steady state's fitted steps past the prompt's own (``n_prefill``, fitted where other
+    clients keep the engine busy) weigh ``(c-1)/c``, so none of them is paid at one client."""
+    from aitrinity.cost.concurrency import ENGINE_PROFILES, steady_state
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import OperatorStep
+
+    m, k = catalog.model("llama-3.1-8b"), silicon.roofline(catalog.device("h100-sxm"))
+    lay = Layout(tp=1, engine="trtllm")
+    prof = replace(ENGINE_PROFILES["trtllm"], request_overhead_s=0.0)  # first-token lag 1, n_prefill 2.86
+    isl, osl = 2048, 128
+    cfg = for_device(
+        catalog.device("h100-sxm"),
+        1,
+        token_budget=8192,
+        first_token_lag=prof.first_token_lag,
+        max_batch=1,
+        step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+    )
+    sim = simulate_closed_loop(m, cfg, ClosedLoop(1, isl, osl, 5))
+    ss = steady_state(m, k, lay, 1, isl, osl, prof)
+    own, dec = float(ss.mixed_step.total), float(ss.decode_step.total)
+    assert float(ss.ttft_s) == pytest.approx(own + prof.first_token_lag * dec)
+    assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.02)  # the lag step's context is the prompt's
+    assert sim.ttft_s.mean < 1.5 * own < prof.prefill_steps * own
