@@ -287,32 +287,49 @@ def _peak_candidates(L: LayoutConstants) -> NDArray[np.int64]:
     return np.array(out, dtype=np.int64)
 
 
-def columns(
-    m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync]
-) -> Columns:
-    """The ledger of every row of layout ``L``; ``base`` supplies dtypes, ep, flash attention and the optimizer,
-    ``syncs[rows.compression]`` each row's gradient synchronisation."""
-    n, t, p, d, e, cp = len(rows), L.tp, L.pp, L.dp, base.ep, base.cp
-    s, h = job.seq_len, m.hidden_size
-    s_rank = s / cp  # the tokens of a sequence one CP rank holds
-    dz = d * cp  # the ranks holding the same weights: gradients are reduced and ZeRO shards over them
-    b = rows.micro_batch.astype(np.float64)
-    per_step = d * rows.micro_batch
-    divisible = (job.global_batch % per_step) == 0
-    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
-    zero, rec, sp = rows.zero, rows.recompute, rows.sequence_parallel
-    comp, off = rows.compression, rows.optimizer_offload
-    v, a_off = rows.virtual_stages.astype(np.float64), rows.activation_offload
-    interleave = np.where(v > 1, 1.0 + (p - 1) / (p * v), 1.0)
-    act = BYTES_PER_DTYPE[base.compute_dtype]
-    wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
-    k_opt = optimizer_bytes_per_param(base)
+def _per_row(syncs: list[GradSync], choice: NDArray[np.int64], field: str) -> F:
+    """One field of each row's gradient synchronisation (``syncs[choice]``), as a column."""
+    out: F = np.array([getattr(x, field) for x in syncs], dtype=np.float64)[choice]
+    return out
 
-    def by_sync(field: str) -> F:
-        out: F = np.array([getattr(x, field) for x in syncs], dtype=np.float64)[comp]
+
+@dataclass(frozen=True)
+class _Peak:
+    """The busiest device by memory, per row: the first pipeline stage of the largest footprint and what it holds."""
+
+    stage: NDArray[np.int64]
+    weights: F
+    gradients: F
+    optimizer: F
+    activations: F
+    """At the 1F1B peak, before any offload."""
+    total: F
+    """Weights + gradients + optimizer states + activations."""
+    replicated: F
+    """Parameters held by every data-parallel rank."""
+    experts: F
+    """Expert parameters (sharded over the expert-parallel group)."""
+
+    @property
+    def params(self) -> F:
+        out: F = self.replicated + self.experts
         return out
 
-    # --- memory per stage, every stage at once: arrays of (stages, rows); the peak stage is the busiest device
+
+def _peak_memory(m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, b: F, mb: F) -> _Peak:
+    """Memory per stage, every candidate stage at once (arrays of (stages, rows)); the peak stage is the busiest device.
+
+    ZeRO stage k shards the optimizer (k >= 1), gradients (k >= 2) and weights (k >= 3) over the data-parallel group;
+    stage k of a 1F1B pipeline holds ``p - k`` micro-batches' activations (Korthikanti et al. 2022, §4.2.3), the
+    interleaved schedule ``1 + (p-1)/(p·v)`` times as many; a context-parallel rank keeps ``1/cp`` of every tensor."""
+    t, p, cp, e = L.tp, L.pp, base.cp, base.ep
+    s, h = job.seq_len, m.hidden_size
+    s_rank, dz = s / cp, L.dp * cp
+    rec, sp, zero = rows.recompute, rows.sequence_parallel, rows.zero
+    v = rows.virtual_stages.astype(np.float64)
+    interleave = np.where(v > 1, 1.0 + (p - 1) / (p * v), 1.0)
+    wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
+    k_opt = optimizer_bytes_per_param(base)
     key = rec * 2 + sp  # (recompute, sequence parallel) -> 0..5
 
     def per_layer(table: dict[tuple[int, bool], float]) -> F:
@@ -332,11 +349,10 @@ def columns(
     dl = np.array([x for x, _ in L.layers], dtype=np.float64)[cand][:, None]
     ml = np.array([y for _, y in L.layers], dtype=np.float64)[cand][:, None]
     rep_s, ex_s = np.array(L.rep)[cand][:, None], np.array(L.expert)[cand][:, None]
-    # ZeRO stage k shards the optimizer (k >= 1), gradients (k >= 2) and weights (k >= 3) over the DP group
     stage_w = rep_s * wb / np.where(zero >= 3, dz, 1) + ex_s * wb / np.where(zero >= 3, exp_shard, 1)
     stage_g = rep_s * gb / np.where(zero >= 2, dz, 1) + ex_s * gb / np.where(zero >= 2, exp_shard, 1)
     stage_o = rep_s * k_opt / np.where(zero >= 1, dz, 1) + ex_s * k_opt / np.where(zero >= 1, exp_shard, 1)
-    in_flight = np.minimum(p - st, mb)  # 1F1B: stage k holds p - k micro-batches (Korthikanti §4.2.3)
+    in_flight = np.minimum(p - st, mb)
     stage_acts = (dl * pl_dense + ml * pl_moe) * in_flight * interleave
     stage_acts = stage_acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
     if m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
@@ -345,55 +361,37 @@ def columns(
     stage_acts[-1] = stage_acts[-1] + 4.0 * s_rank * b * (h + m.vocab_size) / t
     totals = stage_w + stage_g + stage_o + stage_acts
     at = np.argmax(totals, axis=0)  # the first stage of the largest footprint, among the candidates
+    pick = np.arange(len(rows))
     peak = cand[at]
-    pick = np.arange(n)
-    acts_peak, opt_peak = stage_acts[at, pick], stage_o[at, pick]
-    rep_peak, exp_peak = np.array(L.rep)[peak], np.array(L.expert)[peak]
-    params_peak = rep_peak + exp_peak
-    buffers = params_peak * by_sync("error_feedback_bytes_per_param")
-    hbm_resident = totals[at, pick] + buffers - np.where(off, opt_peak, 0.0) - a_off * acts_peak
-    host_resident = np.where(off, opt_peak, 0.0) + a_off * acts_peak
+    return _Peak(
+        stage=peak,
+        weights=stage_w[at, pick],
+        gradients=stage_g[at, pick],
+        optimizer=stage_o[at, pick],
+        activations=stage_acts[at, pick],
+        total=totals[at, pick],
+        replicated=np.array(L.rep)[peak],
+        experts=np.array(L.expert)[peak],
+    )
 
-    # --- FLOPs of the busiest stage by FLOPs (the same for every row)
-    tokens_per_pipe = job.global_batch * s / (d * cp)  # through one pipeline, on one CP rank
-    dense_f, score_f = tokens_per_pipe * L.dense_f, tokens_per_pipe * L.score_f
-    fwd = dense_f + score_f
-    recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
-    if base.flash_attention:  # FA backward recomputes QK^T: 2.5x forward instead of 2x (Dao 2023, §3.1)
-        recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
-    period = by_sync("period")
-    exchange = params_peak * by_sync("flops_per_param") / period
-    tf = token_flops(m)
-    model_total = 3.0 * float(job.global_batch * s) * (tf.dense + score_flops_per_query(m, s))
 
-    # --- HBM traffic on the busiest device (lower bound: each operand moved once per use)
-    w_dev, g_dev = params_peak * wb, params_peak * gb
-    per_mb_acts = acts_peak / np.maximum(np.minimum(p - peak, mb), 1)
-    hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
-    # the optimizer step: read + write the states, read the gradients, write the weights
-    hbm = hbm + np.where(off, 0.0, 2.0 * opt_peak + g_dev + w_dev)
-    hbm = hbm + params_peak * by_sync("hbm_bytes_per_element") / period
-
-    # --- communication
-    yes, ones = np.ones(n, dtype=np.bool_), np.ones(n)
-    layers_peak = np.array([x + y for x, y in L.layers], dtype=np.float64)[peak]
-    moe_peak = np.array([y for _, y in L.layers], dtype=np.float64)[peak]
-    a_bytes = b * s_rank * h * act
-    extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
-    streams = [coll.Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
-    if p > 1:
-        # each micro-batch's activations forward and gradients back at every chunk boundary: v per stage with the
-        # interleaved schedule ("the amount of communication also increases by v", Narayanan et al. 2021, §2.2.2)
-        streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb * v, yes, p, t * cp * d, timed=True))
+def _dp_streams(
+    base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync], pk: _Peak, mb: F, period: F
+) -> list[coll.Stream]:
+    """The gradient synchronisation of every row: ZeRO 0-2, one all-reduce (or a gather of every rank's message) per
+    synchronisation; ZeRO-3, per micro-batch a gradient reduce-scatter and parameter all-gathers in forward and
+    backward -- for the replicated parameters over ``dp · cp`` ranks and the experts' over ``dp · cp / ep``."""
+    t, e, dz = L.tp, base.ep, L.dp * base.cp
+    wb = BYTES_PER_DTYPE[base.weights_dtype]
+    comp, z3 = rows.compression, rows.zero >= 3
     gather = np.array([x.collective == "all-gather" for x in syncs])[comp]
-    z3 = zero >= 3
-    for tag, params, group, stride in (("", rep_peak, dz, t), (" (experts)", exp_peak, dz // e, t * e)):
+    per_element = _per_row(syncs, comp, "bytes_per_element")
+    streams: list[coll.Stream] = []
+    for tag, params, group, stride in (("", pk.replicated, dz, t), (" (experts)", pk.experts, dz // e, t * e)):
         has = params > 0  # a group with no parameters on the device sends nothing
         if not np.any(has):
             continue
-        payload = params * by_sync("bytes_per_element")
-        # ZeRO 0-2: one all-reduce (or a gather of every rank's message) per synchronisation; ZeRO-3: per
-        # micro-batch a gradient reduce-scatter and parameter all-gathers in forward and backward
+        payload = params * per_element
         ar, ag, rs = has & ~z3 & ~gather, has & ~z3 & gather, has & z3
         sync = 1.0 / period
         streams += [
@@ -436,17 +434,15 @@ def columns(
                 stride,
             ),
         ]
-    if m.moe and e > 1:  # dispatch and combine, forward and backward, per MoE layer (GShard §2.2)
-        k = m.moe.experts_per_token
-        moe = moe_peak > 0
-        a2a = np.where(moe, moe_peak * mb * (4.0 + extra), 0.0)
-        payload = b * s_rank * k * h * act / t
-        streams.append(coll.Stream("EP token all-to-all", "all-to-all", payload, a2a, moe, e, t * cp))
-    if cp > 1:
-        streams += _cp_streams(m, base, t, b, s, act, layers_peak * mb, extra)
-    # ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back, and the CPU's Adam step
-    # streams the states through host DRAM (overlapped by the one-step delay, §4.2)
-    streams += [
+    return streams
+
+
+def _offload_streams(rows: Rows, pk: _Peak, w_dev: F, g_dev: F, per_mb_acts: F, mb: F, layers: F) -> list[coll.Stream]:
+    """ZeRO-Offload (Ren et al. 2021, §4): gradients to the host, updated weights back, and the CPU's Adam step
+    streaming the states through host DRAM (overlapped by the one-step delay, §4.2); activation offload: out in
+    forward, back in backward."""
+    off, a_off = rows.optimizer_offload, rows.activation_offload
+    return [
         coll.Stream(
             "optimizer offload: gradients down, weights up",
             "p2p",
@@ -458,7 +454,7 @@ def columns(
         coll.Stream(
             "optimizer offload: CPU update",
             "p2p",
-            np.where(off, 2.0 * opt_peak + g_dev + w_dev, 0.0),
+            np.where(off, 2.0 * pk.optimizer + g_dev + w_dev, 0.0),
             np.where(off, 1.0, 0.0),
             off,
             tier="host_dram",
@@ -466,23 +462,93 @@ def columns(
         coll.Stream(
             "activation offload",
             "p2p",
-            2.0 * a_off * per_mb_acts * mb,  # out in forward, back in backward
-            np.where(a_off > 0, 2.0 * mb * layers_peak, 0.0),
+            2.0 * a_off * per_mb_acts * mb,
+            np.where(a_off > 0, 2.0 * mb * layers, 0.0),
             a_off > 0,
             tier="host",
         ),
     ]
+
+
+def columns(
+    m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync]
+) -> Columns:
+    """The ledger of every row of layout ``L``; ``base`` supplies dtypes, ep, flash attention and the optimizer,
+    ``syncs[rows.compression]`` each row's gradient synchronisation.
+
+    Longer than most: four short sections in the ledger's order (memory, FLOPs, HBM traffic, communication) over
+    the helpers above, which share the row's micro-batching, and the result's constructor."""
+    n, t, p, d, e, cp = len(rows), L.tp, L.pp, L.dp, base.ep, base.cp
+    s, h = job.seq_len, m.hidden_size
+    s_rank = s / cp  # the tokens of a sequence one CP rank holds
+    b = rows.micro_batch.astype(np.float64)
+    per_step = d * rows.micro_batch
+    divisible = (job.global_batch % per_step) == 0
+    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
+    rec, comp, off = rows.recompute, rows.compression, rows.optimizer_offload
+    v, a_off = rows.virtual_stages.astype(np.float64), rows.activation_offload
+    act = BYTES_PER_DTYPE[base.compute_dtype]
+    wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
+
+    # --- memory of the busiest device
+    pk = _peak_memory(m, job, base, L, rows, b, mb)
+    params_peak = pk.params
+    buffers = params_peak * _per_row(syncs, comp, "error_feedback_bytes_per_param")
+    offloaded = np.where(off, pk.optimizer, 0.0) + a_off * pk.activations
+    hbm_resident = pk.total + buffers - offloaded
+
+    # --- FLOPs of the busiest stage by FLOPs (the same for every row)
+    tokens_per_pipe = job.global_batch * s / (d * cp)  # through one pipeline, on one CP rank
+    dense_f, score_f = tokens_per_pipe * L.dense_f, tokens_per_pipe * L.score_f
+    fwd = dense_f + score_f
+    recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
+    if base.flash_attention:  # FA backward recomputes QK^T: 2.5x forward instead of 2x (Dao 2023, §3.1)
+        recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
+    period = _per_row(syncs, comp, "period")
+    exchange = params_peak * _per_row(syncs, comp, "flops_per_param") / period
+    tf = token_flops(m)
+    model_total = 3.0 * float(job.global_batch * s) * (tf.dense + score_flops_per_query(m, s))
+
+    # --- HBM traffic on the busiest device (lower bound: each operand moved once per use)
+    w_dev, g_dev = params_peak * wb, params_peak * gb
+    per_mb_acts = pk.activations / np.maximum(np.minimum(p - pk.stage, mb), 1)
+    hbm = mb * (3.0 * w_dev + 2.0 * g_dev + 2.0 * per_mb_acts)
+    # the optimizer step: read + write the states, read the gradients, write the weights
+    hbm = hbm + np.where(off, 0.0, 2.0 * pk.optimizer + g_dev + w_dev)
+    hbm = hbm + params_peak * _per_row(syncs, comp, "hbm_bytes_per_element") / period
+
+    # --- communication
+    yes = np.ones(n, dtype=np.bool_)
+    layers_peak = np.array([x + y for x, y in L.layers], dtype=np.float64)[pk.stage]
+    moe_peak = np.array([y for _, y in L.layers], dtype=np.float64)[pk.stage]
+    a_bytes = b * s_rank * h * act
+    extra = np.where(rec == 2, 2.0, 0.0)  # full recomputation repeats the forward collectives
+    streams = [coll.Stream(TP_TRAFFIC, "all-reduce", a_bytes, layers_peak * mb * (4.0 + extra), yes, t, 1, timed=True)]
+    if p > 1:
+        # each micro-batch's activations forward and gradients back at every chunk boundary: v per stage with the
+        # interleaved schedule ("the amount of communication also increases by v", Narayanan et al. 2021, §2.2.2)
+        streams.append(coll.Stream(PP_TRAFFIC, "p2p", a_bytes / t, 2.0 * mb * v, yes, p, t * cp * d, timed=True))
+    streams += _dp_streams(base, L, rows, syncs, pk, mb, period)
+    if m.moe and e > 1:  # dispatch and combine, forward and backward, per MoE layer (GShard §2.2)
+        k = m.moe.experts_per_token
+        moe = moe_peak > 0
+        a2a = np.where(moe, moe_peak * mb * (4.0 + extra), 0.0)
+        payload = b * s_rank * k * h * act / t
+        streams.append(coll.Stream("EP token all-to-all", "all-to-all", payload, a2a, moe, e, t * cp))
+    if cp > 1:
+        streams += _cp_streams(m, base, t, b, s, act, layers_peak * mb, extra)
+    streams += _offload_streams(rows, pk, w_dev, g_dev, per_mb_acts, mb, layers_peak)
     heavy = np.array([x.method in ("topk", "sign", "powersgd") for x in syncs])[comp]
     return Columns(
         mb=mb,
         divisible=divisible,
-        weights=stage_w[at, pick],
-        gradients=stage_g[at, pick],
-        optimizer=opt_peak,
-        activations=acts_peak,
+        weights=pk.weights,
+        gradients=pk.gradients,
+        optimizer=pk.optimizer,
+        activations=pk.activations,
         buffers=buffers,
         hbm_resident=hbm_resident,
-        host_resident=host_resident,
+        host_resident=offloaded,
         layers_peak=layers_peak,
         forward=fwd,
         recompute=recomp,
@@ -490,7 +556,7 @@ def columns(
         model_total=model_total,
         hbm_bytes=hbm,
         streams=streams,
-        period=period * ones,
+        period=period * np.ones(n),
         heavy=heavy,
     )
 
