@@ -16,7 +16,9 @@ the measured TPOT includes; a request's own prompt is in its TTFT, so a lone cli
 TTFT -- the prefill and the waits before it:
 
     TTFT = t_request + t_step(decode c-1, prefill 1) + (c-1)/c · (n_prefill - 1) · t_step(decode c-1, prefill 1)
-           + 1/c · L · t_step(decode c)  +  w_batch · (c-1)/2 · t_prefill(1)
+           + 1/c · L · t_step(decode c)
+           + f_mix · (c-1)/osl · n_prefill/2 · [t_step(decode c-1, prefill 1) - t_step(decode c)]
+           + w_batch · (c-1)/2 · t_prefill(1)
 
 (for a prompt longer than the engine's token budget ``B``, the ``n_prefill - 1`` steps past the prompt's own are
 steps of ``B`` prompt tokens: a 128k-token prompt's work is not repeated by the step in flight or the lag)
@@ -27,7 +29,12 @@ the chunks of a long prompt), fitted where other clients keep the engine busy (t
 224); a lone client's prompt meets an idle engine, so it takes its own step and the ``L`` decode steps of a
 first-token lag (:attr:`EngineProfile.first_token_lag`), as the simulator replays it, and the fitted steps past its
 own are weighed by ``(c-1)/c`` between the two (an interpolation: no development run has fewer than 4 clients; with
-8 or more it is within 12.5% of the fit); ``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
+8 or more it is within 12.5% of the fit); ``(c-1)/osl · n_prefill/2`` the other clients' prompts already waiting
+when it arrives and prefilled in the same steps (Little's law: they arrive ``(c-1)/osl`` a step, and it waits about the
+half of its ``n_prefill`` steps before its own -- the residual of the step in flight, and with an overlap scheduler the
+step scheduled ahead of it), each adding the share ``f_mix`` of its prefill that TPOT's steps carry too (nothing
+fitted: the term the simulator's queue of prompts holds and the fitted one-prompt steps did not, 2026-12-06);
+``(c-1)/2 · t_prefill(1)`` the mean wait behind the other prompts of a
 wave that arrives together -- all ``c`` clients start at once, so the first round is one such wave, and
 an engine whose clients stay synchronised (equal request lengths) keeps meeting them; ``w_batch`` is the
 share of requests that wait so (about 1/rounds when only the first round does). Engines differ in which
@@ -300,6 +307,11 @@ def steady_state(
             + busy * (prof.prefill_steps - 1.0) * chunk.total
             + (1.0 - busy) * prof.first_token_lag * dec.total
         )
+        # the other clients' prompts already waiting when it arrives, prefilled in the same steps (Little's law: they
+        # arrive (c-1)/osl a step, and it waits the half of its n_prefill steps before its own), with the share f_mix
+        # of their work that TPOT's steps carry too
+        ahead = (c - 1.0) / s_out * prof.prefill_steps / 2.0
+        steps = steps + prof.prefill_interference * ahead * extra
         wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
     ttft = prof.request_overhead_s + steps + wave
     # more clients than KV slots: a closed loop of `clients` around `c` slots, each held for the request's time in

@@ -194,8 +194,9 @@ def test_clients_beyond_the_kv_slots_wait_for_one(setup):
 
 def test_a_prompt_longer_than_the_token_budget_is_not_repeated_by_the_other_steps_of_its_ttft(setup):
     """TTFT = t_request + t_mix + (c-1)/c x (n_prefill - 1) x a step of at most a token budget of prompt work
-    (+ 1/c of the lag's decode steps): the same as t_mix per step up to the budget (the development runs' prompts are
-    at most 8,192 tokens), while a 64k-token prompt's own work is counted once, not n_prefill times."""
+    (+ 1/c of the lag's decode steps, + the prompts waiting ahead): the same as t_mix per step up to the budget (the
+    development runs' prompts are at most 8,192 tokens), while a 64k-token prompt's own work is counted once, not
+    n_prefill times."""
     from aitrinity.cost.operators import StepShape, step_times
 
     m, k, lay = setup
@@ -204,12 +205,15 @@ def test_a_prompt_longer_than_the_token_budget_is_not_repeated_by_the_other_step
     short = steady_state(m, k, lay, c, 8192, osl, prof)
     mix, dec = float(short.mixed_step.total), float(short.decode_step.total)
     lag = (1 - busy) * prof.first_token_lag * dec
-    expected = prof.request_overhead_s + mix + busy * (prof.prefill_steps - 1.0) * mix + lag
+    ahead = (c - 1) / osl * prof.prefill_steps / 2  # Little's law: prompts waiting when it arrives
+    f = prof.prefill_interference
+    expected = prof.request_overhead_s + mix + busy * (prof.prefill_steps - 1.0) * mix + lag + f * ahead * (mix - dec)
     assert float(short.ttft_s) == pytest.approx(expected)
     long = steady_state(m, k, lay, c, 65536, osl, prof)
     chunk = StepShape(c - 1.0, 65536 + osl / 2, 1.0, prof.token_budget)
     budget = step_times(m, k, lay, chunk, prof.step_overhead_s).total
     lag = (1 - busy) * prof.first_token_lag * float(long.decode_step.total)
+    queued = f * ahead * (float(long.mixed_step.total) - float(long.decode_step.total))  # whole prompts, not chunks
     expected = prof.request_overhead_s + float(long.mixed_step.total) + busy * (prof.prefill_steps - 1.0) * budget
-    assert float(long.ttft_s) == pytest.approx(expected + lag)
+    assert float(long.ttft_s) == pytest.approx(expected + lag + queued)
     assert float(long.ttft_s) < prof.request_overhead_s + prof.prefill_steps * float(long.mixed_step.total)
