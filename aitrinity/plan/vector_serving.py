@@ -31,6 +31,7 @@ from aitrinity.cost.serving import WEIGHT_DTYPES as WEIGHT_DTYPES
 from aitrinity.cost.serving import (
     PhaseColumns,
     ServingArrays,
+    ServingEffects,
     effects,
 )
 from aitrinity.cost.serving import ServingRows as ServingRows
@@ -188,6 +189,123 @@ def answer_steady(
     return [SteadyAnswer(*a) for a in out if a is not None]
 
 
+@dataclass(frozen=True)
+class _Fit:
+    """Where every row stands on memory and on its exchanges' preconditions, before it is timed."""
+
+    hbm_bytes: F
+    """Bytes on each device."""
+    over: NDArray[np.bool_]
+    """More than the device's usable memory with every client's request in it."""
+    waits: NDArray[np.bool_]
+    """Of those, the rows where one request fits (fixed concurrency: ``diagnose`` prices the wait for a slot; the
+    planner does not propose it)."""
+    lower_over: NDArray[np.bool_]
+    """Over the host's (or a lower tier's) share."""
+    no_gain: NDArray[np.bool_]
+    """A quantization to no fewer bytes than the scenario's own dtype."""
+    no_host: NDArray[np.bool_]
+    """KV offload with no host tier."""
+
+    @property
+    def runs(self) -> NDArray[np.bool_]:
+        """Rows that can run, and are priced (the others are NaN)."""
+        out: NDArray[np.bool_] = ~(self.over | self.lower_over | self.no_gain | self.no_host)
+        return out
+
+
+def _fit(
+    job: ServingJob, system: System, rows: ServingRows, arrays: ServingArrays, fplan: Plan, fx: ServingEffects
+) -> _Fit:
+    """The rows' device and host memory and the preconditions of their quantization and KV offload."""
+    n, P, n_out = len(rows), job.prompt_tokens, job.output_tokens
+    mem = arrays.memory(rows.batch.astype(np.float64), P, P + n_out)
+    ws = fx.weight_stream
+    hbm = arrays.device_bytes(mem)
+    host = mem.kv_cache * rows.kv_offload + (mem.weights * ws.fraction if ws and ws.tier == "host" else 0.0)
+    host = host + (mem.prefix_cache if fx.prefix_tier == "host" else 0.0)
+    host_cap = system.tier_capacity_per_device("host")
+    mem_over = hbm > system.usable_memory_bytes
+    waits = np.zeros(n, dtype=bool)  # at fixed concurrency: one request fits, not all the clients' at once
+    if job.mode == "concurrency" and mem_over.any():
+        one = arrays.device_bytes(arrays.memory(np.ones(n), P, P + n_out))
+        waits = mem_over & (one <= system.usable_memory_bytes)
+    quantized = rows.weight_dtype > 0
+    base_w, base_kv = BYTES_PER_DTYPE[fplan.weights_dtype], BYTES_PER_DTYPE[fplan.cache_dtype]
+    return _Fit(
+        hbm_bytes=hbm,
+        over=mem_over,
+        waits=waits,
+        lower_over=(host > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, mem.prefix_cache, n),
+        no_gain=(quantized & (arrays.per_row.weight_bytes >= base_w))
+        | ((rows.kv_dtype > 0) & (arrays.per_row.kv_bytes >= base_kv)),
+        no_host=(rows.kv_offload > 0) & (host_cap is None),
+    )
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """Every row's times, rates and prices."""
+
+    ttft: F
+    tpot: F
+    latency: F
+    tokens_per_s: F
+    throughput: F
+    usd_per_million: F
+    joules_per_token: F
+    binding: Ints
+
+
+def _concurrency_metrics(
+    system: System,
+    rows: ServingRows,
+    job: ServingJob,
+    phases: tuple[Phase, Phase],
+    runs: NDArray[np.bool_],
+    answer: SteadyAnswer,
+) -> _Metrics:
+    """At fixed concurrency: the steady state's TTFT and TPOT, and Little's law's rate over every replica."""
+    pre, dec = phases
+    ttft, tpot, binding = _steady(system, rows, pre, dec, runs, answer)
+    n_out = job.output_tokens
+    latency = ttft + (n_out - 1) * tpot
+    replicas = _replicas(system, rows)
+    rate = rows.batch.astype(np.float64) * n_out / latency * replicas
+    price = system.price_per_hour_usd
+    usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(len(rows), np.nan)
+    joules = system.power_W * system.num_devices / rate
+    return _Metrics(ttft, tpot, latency, rate, rate, usd, joules, binding)
+
+
+def _static_metrics(
+    m: ModelSpec, system: System, rows: ServingRows, job: ServingJob, phases: tuple[Phase, Phase], pre_ops: F
+) -> _Metrics:
+    """A static batch: the batch prefilled at once, then decoded, on the phase roofline with the per-operator
+    overhead; every pipeline stage holds a batch."""
+    pre, dec = phases
+    B, n_out, pp, replicas = rows.batch.astype(np.float64), job.output_tokens, rows.pp, _replicas(system, rows)
+    ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
+    tpot = combine(dec.times(), system) + float(m.num_layers * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
+    binding: Ints = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
+    latency = ttft + n_out * tpot
+    out_tokens = B * n_out * pp * replicas
+    price = system.price_per_hour_usd
+    usd = (
+        price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
+        if price is not None
+        else np.full(len(rows), np.nan)
+    )
+    joules = system.power_W * system.num_devices * latency / out_tokens
+    return _Metrics(ttft, tpot, latency, B * pp * replicas / tpot, out_tokens / latency, usd, joules, binding)
+
+
+def _replicas(system: System, rows: ServingRows) -> Ints:
+    """Model replicas on the system's devices: each holds ``tp x pp x cp`` of them."""
+    out: Ints = system.num_devices // (rows.tp * rows.pp * (rows.cp if rows.cp is not None else 1))
+    return out
+
+
 def price_rows_deferred(
     m: ModelSpec,
     job: ServingJob,
@@ -208,11 +326,6 @@ def price_rows_deferred(
     arrays = ServingArrays(m, fplan, fx, rows)
     B = rows.batch.astype(np.float64)
     P, n_out = job.prompt_tokens, job.output_tokens
-    L = m.num_layers
-    wq_bytes, kq_bytes = arrays.per_row.weight_bytes, arrays.per_row.kv_bytes
-    base_w, base_kv = BYTES_PER_DTYPE[fplan.weights_dtype], BYTES_PER_DTYPE[fplan.cache_dtype]
-    quantized = rows.weight_dtype > 0
-    f = rows.kv_offload
 
     def resources(ph: PhaseColumns) -> Phase:
         """:func:`aitrinity.cost.estimate.roofline_times` of the rows' phase, and the bytes they move on links."""
@@ -227,32 +340,9 @@ def price_rows_deferred(
 
     # the prefill of the batch (a static batch's TTFT) or of one request (the floor of a TTFT at fixed concurrency)
     pre_cols = arrays.prefill(B if job.mode == "static" else np.ones(n), P)
-    pre, pre_ops = resources(pre_cols), pre_cols.operators
-    dec = resources(arrays.decode(B, P + n_out // 2))  # at the mean context
-
-    # --- memory
-    mem = arrays.memory(B, P, P + n_out)
-    ws = fx.weight_stream
-    ws_frac = ws.fraction if ws else 0.0
-    cache_share = mem.prefix_cache
-    hbm_mem = arrays.device_bytes(mem)
-    host_mem = mem.kv_cache * f + (mem.weights * ws_frac if ws and ws.tier == "host" else 0.0)
-    host_mem = host_mem + (cache_share if fx.prefix_tier == "host" else 0.0)
-
-    host_cap = system.tier_capacity_per_device("host")
-    mem_over = hbm_mem > system.usable_memory_bytes
-    waits = np.zeros(n, dtype=bool)  # at fixed concurrency: one request fits, not all the clients' at once
-    if job.mode == "concurrency" and mem_over.any():
-        waits = mem_over & (arrays.device_bytes(arrays.memory(np.ones(n), P, P + n_out)) <= system.usable_memory_bytes)
-    lower_over = (host_mem > (host_cap or 0.0)) | _lower_tier_over(system, fx.prefix_tier, cache_share, n)
-    no_gain = (quantized & (wq_bytes >= base_w)) | ((rows.kv_dtype > 0) & (kq_bytes >= base_kv))
-    no_host = (f > 0) & (host_cap is None)
-
-    # --- metrics
-    pp = rows.pp
-    replicas = system.num_devices // (rows.tp * pp * (rows.cp if rows.cp is not None else 1))
-    price = system.price_per_hour_usd
-    runs = ~(mem_over | lower_over | no_gain | no_host)  # rows that cannot run are not priced (NaN)
+    phases = (resources(pre_cols), resources(arrays.decode(B, P + n_out // 2)))  # decode at the mean context
+    fit = _fit(job, system, rows, arrays, fplan, fx)
+    runs = fit.runs
     request = None
     if job.mode == "concurrency":
         nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
@@ -273,52 +363,32 @@ def price_rows_deferred(
     def finish(answer: SteadyAnswer | None) -> ServingPriced:
         """The rows' metrics and feasibility once their steady states (or the static batch's phases) are in."""
         if answer is not None:
-            ttft, tpot, binding = _steady(system, rows, pre, dec, runs, answer)
-            latency = ttft + (n_out - 1) * tpot
-            rate = B * n_out / latency * replicas
-            tokens_per_s = throughput = rate
-            usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(n, np.nan)
-            joules = system.power_W * system.num_devices / rate
-            moved_pre = pre.moved
+            x = _concurrency_metrics(system, rows, job, phases, runs, answer)
         else:
-            ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
-            tpot = combine(dec.times(), system) + float(L * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
-            binding = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
-            latency = ttft + n_out * tpot
-            out_tokens = B * n_out * pp * replicas
-            tokens_per_s = B * pp * replicas / tpot
-            throughput = out_tokens / latency
-            usd = (
-                price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
-                if price is not None
-                else np.full(n, np.nan)
-            )
-            joules = system.power_W * system.num_devices * latency / out_tokens
-            moved_pre = pre.moved
-
+            x = _static_metrics(m, system, rows, job, phases, pre_cols.operators)
         checks = [
-            mem_over & ~waits,
-            waits,
-            lower_over,
-            ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
-            tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
-            no_gain,
-            no_host,
+            fit.over & ~fit.waits,
+            fit.waits,
+            fit.lower_over,
+            x.ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
+            x.tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
+            fit.no_gain,
+            fit.no_host,
         ]
         reason = first_failed(checks, n)
         return ServingPriced(
             feasible=reason == 0,
             reason=reason,
-            ttft_s=ttft,
-            tpot_s=tpot,
-            latency_s=latency,
-            tokens_per_s=tokens_per_s,
-            throughput_tokens_per_s=throughput,
-            hbm_bytes=hbm_mem,
-            link_bytes=moved_pre + n_out * dec.moved,
-            usd_per_million_tokens=usd,
-            joules_per_token=joules,
-            binding=binding,
+            ttft_s=x.ttft,
+            tpot_s=x.tpot,
+            latency_s=x.latency,
+            tokens_per_s=x.tokens_per_s,
+            throughput_tokens_per_s=x.throughput,
+            hbm_bytes=fit.hbm_bytes,
+            link_bytes=phases[0].moved + n_out * phases[1].moved,
+            usd_per_million_tokens=x.usd_per_million,
+            joules_per_token=x.joules_per_token,
+            binding=x.binding,
         )
 
     return request, finish
