@@ -15,17 +15,19 @@ the aggregated search (:mod:`aitrinity.plan.search_serving`) is what to compare 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from aitrinity.cost.concurrency import profile
-from aitrinity.cost.disaggregated import Pool, disaggregated_steady_state
+from aitrinity.cost.concurrency import EngineProfile, profile
+from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.disaggregated_estimate import kv_link
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.cost.serving import effects, max_batch, weight_bytes_per_device
+from aitrinity.cost.speculation import Speculation
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System
@@ -93,6 +95,102 @@ def pool_layouts(m: ModelSpec, system: System) -> list[tuple[int, int]]:
     return [(t, e) for t in tps for e in eps if t * e < n]
 
 
+@dataclass(frozen=True)
+class _Splits:
+    """What every pair of pool layouts is priced with: the scenario's model, job, plan (and that plan with its
+    exchanges applied), system, kernels, engine profile, speculation, KV link and scale-out, and the batches tried."""
+
+    m: ModelSpec
+    job: ServingJob
+    base: Plan
+    qplan: Plan
+    system: System
+    kernels: Kernels
+    prof: EngineProfile
+    speculation: Speculation | None
+    link: KVLink
+    scale_out: ScaleOut | None
+    batches: np.ndarray
+
+    def layout(self, tp: int, ep: int) -> Layout:
+        """A pool's replica layout: the scenario's dtypes, engine and routing on ``tp x ep`` devices."""
+        q = self.qplan
+        return Layout(
+            tp,
+            ep,
+            q.weights_dtype,
+            q.cache_dtype,
+            self.system.engine,
+            routing=self.job.moe_routing,
+            scale_out=self.scale_out,
+        )
+
+
+def _price_pair(
+    x: _Splits, prefill: tuple[int, int], decode: tuple[int, int], ttft_slo_s: float | None, tpot_slo_s: float | None
+) -> tuple[dict[str, np.ndarray] | None, int]:
+    """Every prefill device count and batch of one (prefill, decode) pair of layouts, vectorized: the columns of
+    :data:`_COLUMNS` (None when none is priced) and how many were refused for memory before pricing."""
+    (tp_p, ep_p), (tp_d, ep_d) = prefill, decode
+    m, job, system, n = x.m, x.job, x.system, x.system.num_devices
+    pre_plan = x.qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
+    dec_plan = x.base.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
+    fit = (
+        max_batch(m, dec_plan, system, job) if weight_bytes_per_device(m, pre_plan) <= system.usable_memory_bytes else 0
+    )
+    step_p, step_d = tp_p * ep_p, tp_d * ep_d
+    p_dev = np.arange(step_p, n, step_p, dtype=np.float64)
+    p_dev = p_dev[(n - p_dev) % step_d == 0]
+    if not len(p_dev):
+        return None, 0
+    pd, b = (a.ravel() for a in np.meshgrid(p_dev, x.batches, indexing="ij"))
+    fits = b <= fit
+    refused = int(np.count_nonzero(~fits))  # counted, not priced
+    pd, b = pd[fits], b[fits]
+    if not len(pd):
+        return None, refused
+    dec_replicas = (n - pd) / tp_d
+    ds = disaggregated_steady_state(
+        m,
+        x.kernels,
+        Pool(pd / step_p, x.layout(tp_p, ep_p)),
+        Pool((n - pd) / step_d, x.layout(tp_d, ep_d)),
+        x.link,
+        b * dec_replicas,
+        job.prompt_tokens,
+        job.output_tokens,
+        x.prof,
+        token_budget=x.base.prefill_chunk_tokens,
+        speculation=x.speculation,
+    )
+    rate = ds.output_tokens_per_s
+    reason = np.zeros(pd.shape, dtype=np.int64)
+    if ttft_slo_s is not None:
+        reason = np.where((reason == 0) & (ds.ttft_s > ttft_slo_s), 2, reason)
+    if tpot_slo_s is not None:
+        reason = np.where((reason == 0) & (ds.tpot_s > tpot_slo_s), 3, reason)
+    price = system.price_per_hour_usd
+    values = {
+        "prefill_devices": pd,
+        "prefill_tp": np.full(pd.shape, tp_p),
+        "prefill_ep": np.full(pd.shape, ep_p),
+        "decode_tp": np.full(pd.shape, tp_d),
+        "decode_ep": np.full(pd.shape, ep_d),
+        "decode_replicas": dec_replicas,
+        "batch": b,
+        "ttft_s": ds.ttft_s,
+        "tpot_s": ds.tpot_s,
+        "latency_s": ds.request_latency_s,
+        "tokens_per_s": rate,
+        "joules_per_token": system.power_W * n / rate,
+        "usd_per_million_tokens": price * n / 3600.0 / rate * 1e6 if price is not None else np.full(pd.shape, np.nan),
+        "prefill_utilization": ds.prefill_utilization,
+        "prefill_binds": ds.binding_pool == "prefill",
+        "reason": reason,
+    }
+    return {f: np.asarray(v) for f, v in values.items()}, refused
+
+
 def search_splits(
     m: ModelSpec,
     job: ServingJob,
@@ -109,84 +207,22 @@ def search_splits(
         from aitrinity.errors import SpecError
 
         raise SpecError("plan.cp", base.cp, "1 to split into pools (CP is priced for aggregated replicas)")
-    k = kernels or roofline(system.device)
     qplan, fx = effects(base)
-    prof = profile(system.engine)
-    link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
-    n = system.num_devices
-    usable = system.usable_memory_bytes
-    power, price = system.power_W * n, system.price_per_hour_usd
     batches = np.array(sorted({*BATCHES, job.batch} if isinstance(job.batch, int) else BATCHES), dtype=np.float64)
+    link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
+    k = kernels or roofline(system.device)
+    x = _Splits(
+        m, job, base, qplan, system, k, profile(system.engine), fx.speculation, link, ScaleOut.of(system), batches
+    )
     cols: dict[str, list[np.ndarray]] = {f: [] for f in _COLUMNS}
     shapes = pool_layouts(m, system)
-    engine, routing, out = system.engine, job.moe_routing, ScaleOut.of(system)
     memory_bound = 0
-    for tp_p, ep_p in shapes:
-        pre_plan = qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
-        pre_fits = weight_bytes_per_device(m, pre_plan) <= usable
-        for tp_d, ep_d in shapes:
-            dec_plan = base.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
-            fit = max_batch(m, dec_plan, system, job) if pre_fits else 0
-            step_p, step_d = tp_p * ep_p, tp_d * ep_d
-            p_dev = np.arange(step_p, n, step_p, dtype=np.float64)
-            p_dev = p_dev[(n - p_dev) % step_d == 0]
-            if not len(p_dev):
-                continue
-            pd, b = np.meshgrid(p_dev, batches, indexing="ij")
-            pd, b = pd.ravel(), b.ravel()
-            fits = b <= fit
-            memory_bound += int(np.count_nonzero(~fits))  # counted, not priced
-            pd, b = pd[fits], b[fits]
-            if not len(pd):
-                continue
-            dec_replicas = (n - pd) / tp_d
-            ds = disaggregated_steady_state(
-                m,
-                k,
-                Pool(
-                    pd / step_p,
-                    Layout(tp_p, ep_p, qplan.weights_dtype, qplan.cache_dtype, engine, routing=routing, scale_out=out),
-                ),
-                Pool(
-                    (n - pd) / step_d,
-                    Layout(tp_d, ep_d, qplan.weights_dtype, qplan.cache_dtype, engine, routing=routing, scale_out=out),
-                ),
-                link,
-                b * dec_replicas,
-                job.prompt_tokens,
-                job.output_tokens,
-                prof,
-                token_budget=base.prefill_chunk_tokens,
-                speculation=fx.speculation,
-            )
-            rate = ds.output_tokens_per_s
-            reason = np.zeros(pd.shape, dtype=np.int64)
-            if ttft_slo_s is not None:
-                reason = np.where((reason == 0) & (ds.ttft_s > ttft_slo_s), 2, reason)
-            if tpot_slo_s is not None:
-                reason = np.where((reason == 0) & (ds.tpot_s > tpot_slo_s), 3, reason)
-            values = {
-                "prefill_devices": pd,
-                "prefill_tp": np.full(pd.shape, tp_p),
-                "prefill_ep": np.full(pd.shape, ep_p),
-                "decode_tp": np.full(pd.shape, tp_d),
-                "decode_ep": np.full(pd.shape, ep_d),
-                "decode_replicas": dec_replicas,
-                "batch": b,
-                "ttft_s": ds.ttft_s,
-                "tpot_s": ds.tpot_s,
-                "latency_s": ds.request_latency_s,
-                "tokens_per_s": rate,
-                "joules_per_token": power / rate,
-                "usd_per_million_tokens": price * n / 3600.0 / rate * 1e6
-                if price is not None
-                else np.full(pd.shape, np.nan),
-                "prefill_utilization": ds.prefill_utilization,
-                "prefill_binds": ds.binding_pool == "prefill",
-                "reason": reason,
-            }
-            for f, v in values.items():
-                cols[f].append(np.asarray(v))
+    for prefill in shapes:
+        for decode in shapes:
+            values, refused = _price_pair(x, prefill, decode, ttft_slo_s, tpot_slo_s)
+            memory_bound += refused
+            for f, v in (values or {}).items():
+                cols[f].append(v)
     t = {f: np.concatenate(v) if v else np.zeros(0) for f, v in cols.items()}
     score = {
         "throughput": -t["tokens_per_s"],
