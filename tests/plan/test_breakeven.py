@@ -139,3 +139,24 @@ def test_thresholds_are_where_the_verdict_flips(name):
 
         k = rep.threshold_Bps / rep.current_Bps
         assert pays(k * 0.97) != pays(k * 1.03), (x.kind, rep.sentence)
+
+
+def test_the_boundary_scan_stops_at_the_first_flip_and_finds_it_to_the_printed_figures():
+    """The scan prices its points only up to the first flip (then halves the bracket), and the threshold it returns
+    is the flip's to far better than the three figures it is printed with; a verdict that never flips gives None."""
+    from aitrinity.plan.breakeven import BISECTIONS, SCAN, _boundary
+
+    asked: list[float] = []
+
+    def pays(k: float) -> bool:
+        asked.append(k)
+        return k < 0.0123  # pays below the flip
+
+    k = _boundary(pays, below=True)
+    assert k == pytest.approx(0.0123, rel=1e-4)
+    scanned = [x for x in asked if x in SCAN]
+    assert scanned == [x for x in SCAN if x <= 0.0123 * 1.8]  # up to the first point past the flip, no further
+    assert len(asked) == len(scanned) + BISECTIONS
+    asked.clear()
+    assert _boundary(lambda k: asked.append(k) or True, below=True) is None
+    assert len(asked) == len(SCAN)
