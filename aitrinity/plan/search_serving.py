@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +38,8 @@ from aitrinity.plan.vector_serving import (
     WEIGHT_DTYPES,
     ServingPriced,
     ServingRows,
+    SteadyAnswer,
+    SteadyRequest,
     answer_steady,
     price_rows_deferred,
     row_plan,
@@ -244,12 +246,14 @@ def search_serving(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
     combos = registry.option_combinations("serving")
-    tables = [
-        _evaluate(
-            m, job, base.model_copy(update={"cp": cp}), system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, kernels, combos
-        )
+    pending = [
+        _prepare(m, job, base.model_copy(update={"cp": cp}), system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, combos)
         for cp in context_degrees(job, base, system.num_devices)
     ]
+    # the steady states of every layout of every context-parallel degree at once (they share the model's constants)
+    requests = [r for p in pending for r, _ in p.deferred if r is not None]
+    answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
+    tables = [_complete(p, answers, job, combos) for p in pending]
     t = tables[0] if len(tables) == 1 else _Table.concat(tables)
     priced = t.priced
     score = {
@@ -325,7 +329,20 @@ def context_degrees(job: ServingJob, base: Plan, devices: int) -> list[int]:
     return out
 
 
-def _evaluate(
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """One context-parallel degree's candidates, priced but for their steady states (:func:`_prepare`)."""
+
+    base: Plan
+    deferred: list[tuple[SteadyRequest | None, Callable[[SteadyAnswer | None], ServingPriced]]]
+    rows: list[ServingRows]
+    capacity: list[np.ndarray]
+    hit: list[np.ndarray]
+    added: list[np.ndarray]
+    rank: list[np.ndarray]
+
+
+def _prepare(
     m: ModelSpec,
     job: ServingJob,
     base: Plan,
@@ -333,13 +350,12 @@ def _evaluate(
     ttft_slo_s: float | None,
     tpot_slo_s: float | None,
     prefix_hit_rate: Callable[[int, int], float] | None,
-    kernels: Kernels | None,
     combos: list[list[Any]],
-) -> _Table:
+) -> _Pending:
     """Price every layout (and, for a MoE model, expert-parallel degree) x prefix-cache size x registered options
-    x the row grid: one vectorized call for all the layouts of each prefix-cache size and option (the prefix cache's
-    sizes, when searched, depend on the layout: one call per layout and size). Rows come out layout by layout, then
-    by prefix-cache size, option and grid row."""
+    x the row grid of ``base``'s context-parallel degree but for the steady states: one vectorized call for all the
+    layouts of each prefix-cache size and option (the prefix cache's sizes, when searched, depend on the layout: one
+    call per layout and size). Rows come out layout by layout, then by prefix-cache size, option and grid row."""
     host = system.host_memory is not None
     lays = _layouts(m, system, base.ep, base.cp)
     variants: list[tuple[Plan, list[tuple[int, int, int]], float | None, float | None, int]] = []
@@ -350,34 +366,37 @@ def _evaluate(
                 variants.append((plan, [(tp, pp, ep)], capacity, hit, li))
     else:
         variants.append((base, lays, None, None, 0))
-    deferred, row_parts, caps, hits, added, rank = [], [], [], [], [], []
+    out = _Pending(base, [], [], [], [], [], [])
     for v, (plan, group, capacity, hit, first) in enumerate(variants):
         rows = _grid(host, job.batch, group, base.cp)
         per = len(rows) // max(len(group), 1)
         for c, entries in enumerate(combos):
             p = registry.with_added(plan, entries)
-            deferred.append(price_rows_deferred(m, job, p, system, rows, ttft_slo_s, tpot_slo_s))
-            row_parts.append(rows)
-            added.append(np.full(len(rows), c))
-            caps.append(np.full(len(rows), np.nan if capacity is None else capacity))
-            hits.append(np.full(len(rows), np.nan if hit is None else hit))
+            out.deferred.append(price_rows_deferred(m, job, p, system, rows, ttft_slo_s, tpot_slo_s))
+            out.rows.append(rows)
+            out.added.append(np.full(len(rows), c))
+            out.capacity.append(np.full(len(rows), np.nan if capacity is None else capacity))
+            out.hit.append(np.full(len(rows), np.nan if hit is None else hit))
             # the order of the one-layout-at-a-time search: layout, prefix-cache size (variant), option, grid row
             layout = first + np.arange(len(rows)) // per
-            rank.append(((layout * len(variants) + v) * len(combos) + c) * per + np.arange(len(rows)) % per)
-    # the steady states of every layout at once: one call per TP and EP degree (they do not depend on pp)
-    requests = [r for r, _ in deferred if r is not None]
-    answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
-    parts = [finish(next(answers) if r is not None else None) for r, finish in deferred]
-    order = np.argsort(np.concatenate(rank), kind="stable") if len(deferred) > 1 else slice(None)
+            out.rank.append(((layout * len(variants) + v) * len(combos) + c) * per + np.arange(len(rows)) % per)
+    return out
+
+
+def _complete(p: _Pending, answers: Iterator[SteadyAnswer], job: ServingJob, combos: list[list[Any]]) -> _Table:
+    """A context-parallel degree's candidates finished from their steady states (``answers``, in the order of its
+    requests), in search order, with their accuracy drop (over the job's budget: infeasible)."""
+    parts = [finish(next(answers) if r is not None else None) for r, finish in p.deferred]
+    order = np.argsort(np.concatenate(p.rank), kind="stable") if len(p.deferred) > 1 else slice(None)
     priced = ServingPriced(
-        *(np.concatenate([getattr(p, f) for p in parts])[order] for f in ServingPriced.__dataclass_fields__)
+        *(np.concatenate([getattr(x, f) for x in parts])[order] for f in ServingPriced.__dataclass_fields__)
     )
     tiled = ServingRows(
-        *(np.concatenate([getattr(r, f) for r in row_parts])[order] for f in ServingRows.__dataclass_fields__)
+        *(np.concatenate([getattr(r, f) for r in p.rows])[order] for f in ServingRows.__dataclass_fields__)
     )
-    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (caps, hits, added))
+    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (p.capacity, p.hit, p.added))
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
-    drop = _accuracy_drop(base, tiled) + combo_drop[added_a]
+    drop = _accuracy_drop(p.base, tiled) + combo_drop[added_a]
     over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
     priced = dataclasses.replace(
         priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)

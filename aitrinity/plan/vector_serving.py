@@ -132,7 +132,8 @@ class SteadyRequest:
     """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
     speculation: Speculation | None = None
     cp: int = 1
-    """The rows' context-parallel degree (one per search: the scenario's)."""
+    """The rows' context-parallel degree (one per request; :func:`answer_steady` prices requests of several degrees
+    in one call)."""
 
 
 @dataclass(frozen=True)
@@ -149,31 +150,34 @@ def answer_steady(
     m: ModelSpec, k: Kernels, system: System, job: ServingJob, requests: list[SteadyRequest]
 ) -> list[SteadyAnswer]:
     """One steady-state call for all the requests' rows that share dtypes and a prefix hit rate, over their distinct
-    (TP, EP, batch, weight dtype, KV dtype); each request gets its own rows' values back (a value does not depend
-    on which others are in the call)."""
+    (TP, EP, context-parallel degree, batch, weight dtype, KV dtype); each request gets its own rows' values back (a
+    value does not depend on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[str, str, float, Speculation | None, int], list[int]] = {}
+    groups: dict[tuple[str, str, float, Speculation | None], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation, r.cp), []).append(i)
+        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
     out: list[list[F] | None] = [None] * len(requests)
-    for (wd, kd, hit, spec, cp), members in groups.items():
+    for (wd, kd, hit, spec), members in groups.items():
         tps = np.concatenate([requests[i].tp for i in members])
         eps = np.concatenate([requests[i].ep for i in members])
+        cps = np.concatenate([np.full(len(requests[i].keys), requests[i].cp, dtype=np.int64) for i in members])
         keys = np.concatenate([requests[i].keys for i in members])
         values = np.zeros((4, 0))
         if len(keys):  # (no row runs -- none fits: nothing to price)
-            span, deg = int(keys.max()) + 1, int(eps.max()) + 1
-            distinct, at = np.unique((tps * deg + eps) * span + keys, return_inverse=True)
-            key, tp, ep = distinct % span, distinct // span // deg, distinct // span % deg
+            span, deg, cdeg = int(keys.max()) + 1, int(eps.max()) + 1, int(cps.max()) + 1
+            distinct, at = np.unique(((tps * deg + eps) * cdeg + cps) * span + keys, return_inverse=True)
+            key, rest = distinct % span, distinct // span
+            cp, ep, tp = rest % cdeg, rest // cdeg % deg, rest // cdeg // deg
             mixed = MixedKernels(
                 k, Dtypes((wd, *WEIGHT_DTYPES[1:]), key // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), key % nk)
+            )
+            layout = Layout(
+                tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system), cp=cp
             )
             ss = steady_state(
                 m,
                 mixed,
-                Layout(
-                    tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system), cp=cp
-                ),
+                layout,
                 key // (nk * nw),
                 job.prompt_tokens,
                 job.output_tokens,
