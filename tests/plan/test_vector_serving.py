@@ -158,3 +158,46 @@ def test_layouts_priced_in_one_call_equal_each_alone(mode):
     for field in type(together).__dataclass_fields__:
         want = np.concatenate([getattr(a, field) for a in alone])
         assert np.array_equal(getattr(together, field), want, equal_nan=want.dtype.kind == "f"), field
+
+
+def test_steady_states_of_several_context_parallel_degrees_in_one_call_equal_each_alone():
+    """The serving search answers the steady states of every context-parallel degree in one call
+    (:func:`answer_steady`): each request's rows get exactly what answering it alone gives."""
+    from aitrinity.cost.concurrency import steady_state
+    from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, MixedKernels, roofline
+    from aitrinity.cost.operators import Layout, ScaleOut
+    from aitrinity.plan.vector_serving import answer_steady, price_rows_deferred
+
+    m = catalog.model("llama-3.1-70b")
+    system = make_system(n=8, per_node=8)
+    job = ServingJob(prompt_tokens=32768, output_tokens=256)
+    k = roofline(system.device)
+    requests = []
+    for tp, cp in ((8, 1), (4, 2), (2, 4), (4, 1)):
+        base = validate(Plan, {"cp": cp})
+        n = 3 * len(WEIGHT_DTYPES)
+        rows = ServingRows(
+            np.repeat(np.array([1, 4, 16]), len(WEIGHT_DTYPES)),
+            np.zeros(n),
+            np.tile(np.arange(len(WEIGHT_DTYPES)), 3),
+            np.zeros(n, dtype=np.int64),
+            np.full(n, tp),
+            np.ones(n, dtype=np.int64),
+            np.ones(n, dtype=np.int64),
+            np.full(n, cp),
+        )
+        request, _ = price_rows_deferred(m, job, base, system, rows)
+        assert request is not None and len(request.keys)
+        requests.append(request)
+    together = answer_steady(m, k, system, job, requests)
+    nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
+    for r, answer in zip(requests, together, strict=True):  # each against the operator model at its own degree
+        wd, kd = (
+            Dtypes((r.weights_dtype, *WEIGHT_DTYPES[1:]), r.keys // nk % nw),
+            Dtypes((r.cache_dtype, *KV_DTYPES[1:]), r.keys % nk),
+        )
+        lay = Layout(r.tp, r.ep, WEIGHTS, KV, system.engine, scale_out=ScaleOut.of(system), cp=r.cp)
+        ss = steady_state(m, MixedKernels(k, wd, kd), lay, r.keys // (nk * nw), job.prompt_tokens, job.output_tokens)
+        assert np.array_equal(answer.ttft_s, ss.ttft_s)
+        assert np.array_equal(answer.tpot_s, ss.tpot_s)
+    assert not np.array_equal(together[1].ttft_s, together[3].ttft_s)  # tp 4 with and without CP
