@@ -25,6 +25,7 @@ from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, Scenario, System
 
 if TYPE_CHECKING:
+    from aitrinity.cost.kernels import Kernels
     from aitrinity.plan.report import PlanReport
     from aitrinity.plan.split import EdgeDiagnosis, EdgePlanReport
 
@@ -126,43 +127,36 @@ def ledger(r: Resolved) -> Ledger:
 def estimate(r: Resolved) -> Estimate:
     """Price a resolved scenario: serving at a fixed concurrency through the operator model (kernel tables
     or the catalog's kernel parameters, :mod:`aitrinity.silicon`), everything else by the phase roofline."""
-    from aitrinity.cost.estimate import price
+    return _priced(r)[0]
+
+
+def _priced(r: Resolved) -> tuple[Estimate, Kernels | None]:
+    """:func:`estimate`, and the kernel times it used (None: the phase roofline, no operator model)."""
+    from aitrinity.cost.estimate import estimate_concurrency, estimate_training, price
 
     led = ledger(r)
-    if r.scenario.workload.training is not None and r.system.device.kind == "gpu":
-        return _estimate_training(r, led)
-    job = r.scenario.workload.serving
-    if job is None or job.mode != "concurrency":
-        return price(led, r.system)
-    return _estimate_concurrency(r, led)
+    w, plan = r.scenario.workload, r.scenario.plan
+    operator_model = (w.training is not None and r.system.device.kind == "gpu") or (
+        w.serving is not None and w.serving.mode == "concurrency"
+    )
+    if not operator_model:
+        return price(led, r.system), None
+    choice = _kernels(r)
+    notes = [choice.note] if choice.note else []
+    if w.training is not None:
+        return estimate_training(led, r.model, plan, r.system, choice.kernels, notes), choice.kernels
+    # serving at ``batch`` clients: the ledger with one request's prefill (what TTFT prices), priced by the operator
+    # model's steady state on one replica; with pipeline parallelism a token still passes every layer in turn, so
+    # the step is priced as the whole model on one TP group (PP adds capacity, not speed; the stage hops are in the
+    # ledger's links)
+    assert w.serving is not None
+    return estimate_concurrency(led, r.model, plan, w.serving, r.system, choice.kernels, notes), choice.kernels
 
 
 def _kernels(r: Resolved) -> silicon.KernelChoice:
     """The scenario's kernel times: its device, engine and version, block-scaled fp8 for a model published so."""
     sys_ = r.system
     return silicon.kernels(sys_.device, sys_.engine, sys_.engine_version, fp8_block=bool(r.model.fp8_weight_block))
-
-
-def _estimate_training(r: Resolved, led: Ledger) -> Estimate:
-    from aitrinity.cost.estimate import estimate_training
-
-    choice = _kernels(r)
-    notes = [choice.note] if choice.note else []
-    return estimate_training(led, r.model, r.scenario.plan, r.system, choice.kernels, notes)
-
-
-def _estimate_concurrency(r: Resolved, led: Ledger) -> Estimate:
-    """Serving at ``batch`` clients: the ledger with one request's prefill (what TTFT prices), priced by the
-    operator model's steady state on one replica. With pipeline parallelism a token still passes every
-    layer in turn, so the step is priced as the whole model on one TP group (PP adds capacity, not speed;
-    the stage hops are in the ledger's links)."""
-    from aitrinity.cost.estimate import estimate_concurrency
-
-    job = r.scenario.workload.serving
-    assert job is not None
-    choice = _kernels(r)
-    notes = [choice.note] if choice.note else []
-    return estimate_concurrency(led, r.model, r.scenario.plan, job, r.system, choice.kernels, notes)
 
 
 def diagnose(
@@ -180,7 +174,7 @@ def diagnose(
 
         return edge.diagnose(loaded, base, overrides)
     r = resolve(loaded, base, overrides)
-    est = estimate(r)
+    est, kernels = _priced(r)
     need = None
     if not est.memory.fits:
         w, plan = r.scenario.workload, r.scenario.plan
@@ -192,7 +186,7 @@ def diagnose(
     if r.scenario.plan.exchanges:
         from aitrinity.plan.breakeven import exchange_reports
 
-        d = d.model_copy(update={"exchanges": exchange_reports(r.scenario, r.model, r.system)})
+        d = d.model_copy(update={"exchanges": exchange_reports(r.scenario, r.model, r.system, kernels)})
     return d
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from aitrinity.cost.diagnosis import ExchangeReport
 from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price_serving_ledger, price_training_ledger
+from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
@@ -111,18 +112,23 @@ def _channel(inf: ExchangeInfo, x: object, ledger: Ledger) -> str | None:
     return "hbm" if tier == "hbm" else CHANNEL_OF_TIER[tier]
 
 
-def exchange_reports(scenario: Scenario, model: ModelSpec, system: System) -> list[ExchangeReport]:
-    """A break-even report for every exchange in the scenario's plan."""
-    return [report(scenario, model, system, i) for i in range(len(scenario.plan.exchanges))]
+def exchange_reports(
+    scenario: Scenario, model: ModelSpec, system: System, kernels: Kernels | None = None
+) -> list[ExchangeReport]:
+    """A break-even report for every exchange in the scenario's plan, priced with ``kernels`` where the operator model
+    prices (``diagnose`` passes the ones it priced the scenario with; None: the device's catalog roofline)."""
+    return [report(scenario, model, system, i, kernels) for i in range(len(scenario.plan.exchanges))]
 
 
-def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> ExchangeReport:
+def report(
+    scenario: Scenario, model: ModelSpec, system: System, index: int, kernels: Kernels | None = None
+) -> ExchangeReport:
     plan = scenario.plan
     x = plan.exchanges[index]
     inf = registry.get(x.kind).info
     quality = registry.get(x.kind).quality(x)
     own_factor = quality.steps_factor
-    build, estimate = _pricer(scenario, model)
+    build, estimate = _pricer(scenario, model, kernels)
     without_plan = _without(plan, index)
     with_ledger = build(plan, system)
     with_est, without_est = estimate(plan, system), estimate(without_plan, system)
@@ -185,9 +191,10 @@ def report(scenario: Scenario, model: ModelSpec, system: System, index: int) -> 
 
 
 def _pricer(
-    scenario: Scenario, model: ModelSpec
+    scenario: Scenario, model: ModelSpec, kernels: Kernels | None
 ) -> tuple[Callable[[Plan, System], Ledger], Callable[[Plan, System], Estimate]]:
-    """The scenario's ledger builder and its pricing, as ``diagnose`` runs them, for any plan and system."""
+    """The scenario's ledger builder and its pricing, as ``diagnose`` runs them (with its ``kernels``), for any plan
+    and system."""
     w = scenario.workload
 
     def build(p: Plan, s: System) -> Ledger:
@@ -199,9 +206,9 @@ def _pricer(
     def estimate(p: Plan, s: System) -> Estimate:
         led = build(p, s)
         if w.training is not None:
-            return price_training_ledger(led, model, p, s)
+            return price_training_ledger(led, model, p, s, kernels)
         assert w.serving is not None
-        return price_serving_ledger(led, model, p, w.serving, s)
+        return price_serving_ledger(led, model, p, w.serving, s, kernels)
 
     return build, estimate
 

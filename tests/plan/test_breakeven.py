@@ -160,3 +160,20 @@ def test_the_boundary_scan_stops_at_the_first_flip_and_finds_it_to_the_printed_f
     asked.clear()
     assert _boundary(lambda k: asked.append(k) or True, below=True) is None
     assert len(asked) == len(SCAN)
+
+
+def test_the_break_even_prices_with_the_kernels_the_diagnosis_used():
+    """With an engine's measured tables (the ``[silicon]`` extra, which the dev install carries), ``diagnose`` prices
+    the scenario with them, and so does its break-even report: the report's time with the exchange is the
+    diagnosis's own, not the catalog roofline's."""
+    from aitrinity.catalog import kernel_tables
+
+    assert kernel_tables.available()  # installed by the test command (the dev extra)
+    overrides = ["system.engine=vllm", "workload.model=llama-3.1-8b", "system.num_devices=1", "plan.tp=1"]
+    d = api.diagnose("llama-70b-serving-long-context", overrides)
+    assert d.estimate.kernels.startswith("table")
+    (x,) = [e for e in d.exchanges if e.kind == "prefix-cache"]
+    r = api.resolve("llama-70b-serving-long-context", overrides=overrides)
+    assert x.time_per_unit_with_s == pytest.approx(_per_unit(d.estimate, r.scenario.plan), rel=1e-12)
+    roofline = report(r.scenario, r.model, r.system, d.exchanges.index(x))  # the catalog's kernels instead
+    assert roofline.time_per_unit_with_s != pytest.approx(x.time_per_unit_with_s, rel=1e-3)
