@@ -131,26 +131,20 @@ def estimate(r: Resolved) -> Estimate:
 
 
 def _priced(r: Resolved) -> tuple[Estimate, Kernels | None]:
-    """:func:`estimate`, and the kernel times it used (None: the phase roofline, no operator model)."""
-    from aitrinity.cost.estimate import estimate_concurrency, estimate_training, price
+    """:func:`estimate`, and the kernel times it used (None: the phase roofline, no operator model). The tables
+    load only when the operator model prices."""
+    from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger, prices_with_operators
 
     led = ledger(r)
     w, plan = r.scenario.workload, r.scenario.plan
-    operator_model = (w.training is not None and r.system.device.kind == "gpu") or (
-        w.serving is not None and w.serving.mode == "concurrency"
-    )
-    if not operator_model:
-        return price(led, r.system), None
-    choice = _kernels(r)
-    notes = [choice.note] if choice.note else []
+    kernels, notes = None, []
+    if prices_with_operators(r.system, w.serving):
+        choice = _kernels(r)
+        kernels, notes = choice.kernels, [choice.note] if choice.note else []
     if w.training is not None:
-        return estimate_training(led, r.model, plan, r.system, choice.kernels, notes), choice.kernels
-    # serving at ``batch`` clients: the ledger with one request's prefill (what TTFT prices), priced by the operator
-    # model's steady state on one replica; with pipeline parallelism a token still passes every layer in turn, so
-    # the step is priced as the whole model on one TP group (PP adds capacity, not speed; the stage hops are in the
-    # ledger's links)
+        return price_training_ledger(led, r.model, plan, r.system, kernels, notes), kernels
     assert w.serving is not None
-    return estimate_concurrency(led, r.model, plan, w.serving, r.system, choice.kernels, notes), choice.kernels
+    return price_serving_ledger(led, r.model, plan, w.serving, r.system, kernels, notes), kernels
 
 
 def _kernels(r: Resolved) -> silicon.KernelChoice:

@@ -519,17 +519,31 @@ def estimate_concurrency(
     return price_concurrency(ledger, system, ss, kernels.source, notes)
 
 
+def prices_with_operators(system: System, serving: ServingJob | None) -> bool:
+    """Whether the operator model prices a scenario -- a GPU's training step (``serving`` None), serving at a fixed
+    concurrency -- or the phase roofline does (other devices' training, ``mode: static`` serving)."""
+    if serving is None:
+        return system.device.kind == "gpu"
+    return serving.mode == "concurrency"
+
+
 def price_serving_ledger(
-    ledger: Ledger, m: ModelSpec, plan: Plan, job: ServingJob, system: System, kernels: Kernels | None = None
+    ledger: Ledger,
+    m: ModelSpec,
+    plan: Plan,
+    job: ServingJob,
+    system: System,
+    kernels: Kernels | None = None,
+    notes: Sequence[str] = (),
 ) -> Estimate:
     """A serving ledger priced as ``trinity diagnose`` and the planner price it: at fixed concurrency through
-    the operator model (``kernels``, default the device's catalog roofline) for ``mode: concurrency``, the
-    static-batch phase roofline for ``mode: static``."""
-    if job.mode != "concurrency":
+    the operator model (``kernels``, default the device's catalog roofline; ``notes`` say where they fell back) for
+    ``mode: concurrency``, the static-batch phase roofline for ``mode: static``."""
+    if not prices_with_operators(system, job):
         return price(ledger, system)
     from aitrinity.cost.kernels import roofline
 
-    return estimate_concurrency(ledger, m, plan, job, system, kernels or roofline(system.device), [])
+    return estimate_concurrency(ledger, m, plan, job, system, kernels or roofline(system.device), list(notes))
 
 
 def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: str, notes: list[str]) -> Estimate:
@@ -625,15 +639,21 @@ TRAINING_PARTS = {
 
 
 def price_training_ledger(
-    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels | None = None
+    ledger: Ledger,
+    m: ModelSpec,
+    plan: Plan,
+    system: System,
+    kernels: Kernels | None = None,
+    notes: Sequence[str] = (),
 ) -> Estimate:
     """A training ledger priced as ``trinity diagnose`` and the planner price it: the operator model on a GPU
-    (``kernels``, default the device's catalog roofline), the phase roofline on other devices."""
-    if system.device.kind != "gpu":
+    (``kernels``, default the device's catalog roofline; ``notes`` say where they fell back), the phase roofline on
+    other devices."""
+    if not prices_with_operators(system, None):
         return price(ledger, system)
     from aitrinity.cost.kernels import roofline
 
-    return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), [])
+    return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), list(notes))
 
 
 def estimate_training(
