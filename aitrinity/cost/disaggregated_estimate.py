@@ -20,7 +20,7 @@ from aitrinity.cost.estimate import (
     PoolMetrics,
     ResourceTime,
     concurrency_metrics,
-    price,
+    priced_resources,
     with_operators,
 )
 from aitrinity.cost.ledger import Ledger
@@ -100,7 +100,7 @@ def estimate_disaggregated(
         token_budget=plan.prefill_chunk_tokens,
         speculation=fx.speculation,
     )
-    base = price(ledger, system)
+    base = priced_resources(ledger, system)
     phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]
     ttft, tpot = phases[0].time_s, phases[1].time_s
     latency = ttft + float(ds.transfer_s) + (job.output_tokens - 1) * tpot  # on the phases (a roofline floor holds)

@@ -387,9 +387,23 @@ def training_metrics(ledger: Ledger, system: System, t: float) -> TrainingMetric
     )
 
 
+def priced_resources(ledger: Ledger, system: System) -> Estimate:
+    """Every phase of the ledger on the phase roofline and the memory checks, without metrics: what the operator
+    model's pricings (:func:`price_concurrency`, :func:`price_training`, the disaggregated pools) start from before
+    they time the phases and derive their metrics."""
+    return Estimate(
+        ledger=ledger,
+        device=system.device.name,
+        phases=[price_phase(ph, system, ledger.compute_dtype) for ph in ledger.phases],
+        memory=memory_check(ledger, system),
+        lower_tiers=lower_tier_checks(ledger, system),
+    )
+
+
 def price(ledger: Ledger, system: System) -> Estimate:
-    """Price every phase of the ledger and derive throughput, MFU, $ and J."""
-    phases = [price_phase(ph, system, ledger.compute_dtype) for ph in ledger.phases]
+    """Price every phase of the ledger on the phase roofline and derive throughput, MFU, $ and J."""
+    base = priced_resources(ledger, system)
+    phases = base.phases
     n = system.num_devices
     power = system.power_W * n
     usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
@@ -411,15 +425,7 @@ def price(ledger: Ledger, system: System) -> Estimate:
             joules_per_output_token=power * latency / per_batch_tokens,
             usd_per_million_output_tokens=usd_rate * latency / per_batch_tokens * 1e6 if usd_rate is not None else None,
         )
-    return Estimate(
-        ledger=ledger,
-        device=system.device.name,
-        phases=phases,
-        memory=memory_check(ledger, system),
-        lower_tiers=lower_tier_checks(ledger, system),
-        training=training,
-        serving=serving,
-    )
+    return base.model_copy(update={"training": training, "serving": serving})
 
 
 LAUNCH_LATENCY = "operator launch / collective latency"
@@ -552,7 +558,7 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     and throughput, $ and J from it. ``prefill`` is one request's TTFT, ``decode_step`` its TPOT."""
     from aitrinity.cost.operators import OPERATOR_LABELS
 
-    base = price(ledger, system)
+    base = priced_resources(ledger, system)
     f = ledger.serving
     assert f is not None
     ttft, tpot = float(ss.ttft_s), float(ss.tpot_s)
@@ -732,7 +738,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     the operator model does not time (data-parallel gradients, EP all-to-all, offloads) combine with the
     GPU step under the system's overlap model: ``sum`` for a framework that reduces gradients after the
     backward pass (Megatron-LM in 2021), ``max`` for one that overlaps them (FSDP, Megatron-Core)."""
-    base = price(ledger, system)
+    base = priced_resources(ledger, system)
     led, ph = ledger.phases[0], base.phases[0]
     mb = float(st.microbatches)
     ops = {c: float(t) * mb for c, t in st.per_microbatch.by_class().items()}
