@@ -342,10 +342,9 @@ def _trace(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _serving(args: argparse.Namespace) -> int:
-    from aitrinity import catalog, units
+    from aitrinity import catalog
     from aitrinity.catalog import traces
-    from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool
-    from aitrinity.sim.serving import EngineScheduling, for_device, scheduling, simulate_serving
+    from aitrinity.sim.serving import simulate_serving
 
     trace, label = _trace(args)
     if args.instances < 1:
@@ -354,37 +353,11 @@ def _serving(args: argparse.Namespace) -> int:
     m, d = catalog.model(args.model), catalog.device(args.device)
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
-    link = catalog.link(args.kv_link)
     closed = _closed_loop(args)
     if args.cp > 1 and not (args.engine or closed):
         raise SpecError("--cp", args.cp, "1 without --engine or --concurrency (the operator model prices CP)")
     step = _operator_step(args, m, d) if args.engine or closed else None
-    sched = scheduling(args.engine or "generic") if step is not None else EngineScheduling(token_budget=2048)
-    engine_kv: dict[str, Any] = {}
-    if step is not None:  # the engine sizes its KV pool and admits into it as it does (cost.kv_pool)
-        pool = kv_pool(args.engine or "generic")
-        room = kv_capacity_tokens(m, step.layout, d.memory_capacity_bytes, pool)
-        engine_kv = {"kv_capacity_tokens": room, "reserve_output": pool.reserve_output}
-    cfg = for_device(
-        d,
-        args.instances,
-        memory_capacity_bytes=d.memory_capacity_bytes * args.tp * args.cp,
-        weights_dtype=args.dtype,
-        token_budget=args.token_budget or sched.token_budget,
-        mixed_batches=sched.mixed_batches,
-        first_token_lag=sched.first_token_lag,
-        max_batch=max(256, args.concurrency or 0),
-        step_time=step,
-        prefill_instances=args.prefill_instances,
-        kv_link_Bps=link.bandwidth_Bps * link.efficiency,
-        kv_link_latency_s=link.latency_s,
-        prefix_cache=args.prefix_cache,
-        cache_capacity_tokens=int(units.parse_count(args.capacity)) if args.prefix_cache != "none" else 0,
-        cache_load_Bps=units.parse_bandwidth(args.cache_load),
-        slo_ttft_s=units.parse_time(args.slo_ttft),
-        slo_tpot_s=units.parse_time(args.slo_tpot),
-        **engine_kv,
-    )
+    cfg = _serving_config(args, m, d, step)
     reqs = traces.load(trace) if closed is None else []
     progress = Progress(args.quiet)
     n = len(reqs) if closed is None else closed.requests
@@ -412,6 +385,49 @@ def _serving(args: argparse.Namespace) -> int:
         return 0
     if closed is not None:
         return _print_closed(args, r, steady or {})
+    _print_trace_run(args, r, label)
+    return 0
+
+
+def _serving_config(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec, step: OperatorStep | None) -> ServingConfig:
+    """The instances ``trinity simulate serving`` runs: with the operator model (``step``), the engine's scheduling
+    and KV pool (:mod:`aitrinity.cost.kv_pool`); without it, the roofline and a 2,048-token budget."""
+    from aitrinity import catalog, units
+    from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool
+    from aitrinity.sim.serving import EngineScheduling, for_device, scheduling
+
+    link = catalog.link(args.kv_link)
+    sched = scheduling(args.engine or "generic") if step is not None else EngineScheduling(token_budget=2048)
+    engine_kv: dict[str, Any] = {}
+    if step is not None:  # the engine sizes its KV pool and admits into it as it does (cost.kv_pool)
+        pool = kv_pool(args.engine or "generic")
+        room = kv_capacity_tokens(m, step.layout, d.memory_capacity_bytes, pool)
+        engine_kv = {"kv_capacity_tokens": room, "reserve_output": pool.reserve_output}
+    return for_device(
+        d,
+        args.instances,
+        memory_capacity_bytes=d.memory_capacity_bytes * args.tp * args.cp,
+        weights_dtype=args.dtype,
+        token_budget=args.token_budget or sched.token_budget,
+        mixed_batches=sched.mixed_batches,
+        first_token_lag=sched.first_token_lag,
+        max_batch=max(256, args.concurrency or 0),
+        step_time=step,
+        prefill_instances=args.prefill_instances,
+        kv_link_Bps=link.bandwidth_Bps * link.efficiency,
+        kv_link_latency_s=link.latency_s,
+        prefix_cache=args.prefix_cache,
+        cache_capacity_tokens=int(units.parse_count(args.capacity)) if args.prefix_cache != "none" else 0,
+        cache_load_Bps=units.parse_bandwidth(args.cache_load),
+        slo_ttft_s=units.parse_time(args.slo_ttft),
+        slo_tpot_s=units.parse_time(args.slo_tpot),
+        **engine_kv,
+    )
+
+
+def _print_trace_run(args: argparse.Namespace, r: ServingSimResult, label: str) -> None:
+    from aitrinity import units
+
     t = units.format_time
     layout = (
         f"{args.prefill_instances} prefill + {args.instances - args.prefill_instances} decode instances, KV over "
@@ -443,7 +459,6 @@ def _serving(args: argparse.Namespace) -> int:
     price = f"{units.format_money(r.cost_usd)} at the catalog price" if r.cost_usd is not None else "no catalog price"
     energy = f"{units.format_energy(r.energy_J)} at TDP while busy" if r.energy_J is not None else ""
     print(f"  run: {units.format_time(r.makespan_s)}; {price}; {energy}")
-    return 0
 
 
 def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:

@@ -174,6 +174,57 @@ class SteadyState:
     """A step of ``c - 1`` decodes and one prompt's prefill, by operator class."""
 
 
+def _four_steps(
+    m: ModelSpec, k: Kernels, lay: Layout, prof: EngineProfile, c: Array, ctx: Array, s_new: Array, cached: Array
+) -> tuple[StepTimes, ...]:
+    """The four steps the steady state is made of, in one call (stacked): ``c`` decodes; ``c - 1`` decodes and one
+    prompt; the prompt alone; ``c - 1`` decodes and one token budget of a prompt (``cached`` of its tokens loaded
+    from a prefix cache, attended to)."""
+    zero, one = np.zeros(c.shape), np.ones(c.shape)
+    budget = np.minimum(s_new, prof.token_budget)
+    shape = StepShape(
+        decode=np.stack([c, c - 1.0, zero, c - 1.0]),
+        context=np.stack([ctx, ctx, one, ctx]),
+        prefill_seqs=np.stack([zero, one, one, one]),
+        prefill_len=np.stack([one, s_new, s_new, budget]),
+        prefill_prefix=np.stack([zero, cached, cached, cached]),
+    )
+    steps4 = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s)
+    return tuple(StepTimes(*(getattr(steps4, f)[i] for f in OPERATOR_CLASSES)) for i in range(4))
+
+
+def _drifting(
+    prof: EngineProfile, c: Array, s_out: Array, dec: Array, mix: Array, extra: Array, chunk: Array, alone: Array
+) -> tuple[Array, Array, Array]:
+    """TTFT's mixed steps, TPOT and the wave wait of clients that drift apart (module doc), from the steps'
+    times: ``dec`` of ``c`` decodes, ``mix`` of ``c - 1`` decodes and one prompt (``extra`` what the prompt adds
+    to a decode step), ``chunk`` of ``c - 1`` decodes and one token budget of a prompt, ``alone`` the prompt's
+    prefill alone."""
+    tpot = dec + prof.prefill_interference * ((c - 1.0) / s_out) * extra
+    # the prompt's own work, then the other steps of n_prefill: steps of at most a token budget of prompt work
+    # (the same as the prompt's own up to the budget, the development runs' range; a longer prompt's own work
+    # does not recur in the step in flight or the lag). A lone client meets no step in flight: its prompt's own
+    # step and the lag's decode steps; the fitted steps weigh (c-1)/c (module doc)
+    busy = (c - 1.0) / c
+    steps = mix + busy * (prof.prefill_steps - 1.0) * chunk + (1.0 - busy) * prof.first_token_lag * dec
+    # the other clients' prompts already waiting when it arrives, prefilled in the same steps (Little's law: they
+    # arrive (c-1)/osl a step, and it waits the half of its n_prefill steps before its own), with the share f_mix
+    # of their work that TPOT's steps carry too
+    ahead = (c - 1.0) / s_out * prof.prefill_steps / 2.0
+    steps = steps + prof.prefill_interference * ahead * extra
+    wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
+    return steps, tpot, wave
+
+
+def _slot_wait(prof: EngineProfile, clients: Array, c: Array, ttft: Array, s_out: Array, tpot: Array) -> Array:
+    """More clients than KV slots: a closed loop of ``clients`` around ``c`` slots, each held for the request's
+    time in the engine; by Little's law a client's cycle is ``clients / c`` of that, and what the request overhead
+    does not fill of the rest is the wait for a slot."""
+    service = ttft - prof.request_overhead_s + (s_out - 1.0) * tpot
+    out: Array = np.maximum((clients / c - 1.0) * service - prof.request_overhead_s, 0.0)
+    return out
+
+
 def _lockstep(
     m: ModelSpec,
     k: Kernels,
@@ -273,21 +324,9 @@ def steady_state(
     s_new = np.maximum(s_in * np.asarray(prefill_fraction, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     ctx = s_in + s_out / 2.0  # mean context over a generation
-    # the four steps -- c decodes; c - 1 decodes and one prompt; the prompt alone; c - 1 decodes and one token budget
-    # of a prompt -- in one call (stacked)
     cached = np.maximum(s_in - s_new, 0.0)  # loaded from a prefix cache: the new tokens attend to it
     c, ctx, s_new, cached = np.broadcast_arrays(c, ctx, s_new, cached)
-    zero, one = np.zeros(c.shape), np.ones(c.shape)
-    budget = np.minimum(s_new, prof.token_budget)
-    shape = StepShape(
-        decode=np.stack([c, c - 1.0, zero, c - 1.0]),
-        context=np.stack([ctx, ctx, one, ctx]),
-        prefill_seqs=np.stack([zero, one, one, one]),
-        prefill_len=np.stack([one, s_new, s_new, budget]),
-        prefill_prefix=np.stack([zero, cached, cached, cached]),
-    )
-    steps4 = step_times(m, k, lay, shape, prof.step_overhead_s, prof.sequence_overhead_s)
-    dec, mix, lone, chunk = (StepTimes(*(getattr(steps4, f)[i] for f in OPERATOR_CLASSES)) for i in range(4))
+    dec, mix, lone, chunk = _four_steps(m, k, lay, prof, c, ctx, s_new, cached)
     alone = lone.total
     extra = np.maximum(mix.total - dec.total, 0.0)
     if speculation is not None:  # a verification step and its drafts, per output token
@@ -296,29 +335,9 @@ def steady_state(
         steps, tpot = _lockstep(m, k, lay, prof, c, s_in, s_new, cached, s_out, dec.total)
         wave = np.zeros(c.shape)
     else:
-        tpot = dec.total + prof.prefill_interference * ((c - 1.0) / s_out) * extra
-        # the prompt's own work, then the other steps of n_prefill: steps of at most a token budget of prompt work
-        # (the same as the prompt's own up to the budget, the development runs' range; a longer prompt's own work
-        # does not recur in the step in flight or the lag). A lone client meets no step in flight: its prompt's own
-        # step and the lag's decode steps; the fitted steps weigh (c-1)/c (module doc)
-        busy = (c - 1.0) / c
-        steps = (
-            mix.total
-            + busy * (prof.prefill_steps - 1.0) * chunk.total
-            + (1.0 - busy) * prof.first_token_lag * dec.total
-        )
-        # the other clients' prompts already waiting when it arrives, prefilled in the same steps (Little's law: they
-        # arrive (c-1)/osl a step, and it waits the half of its n_prefill steps before its own), with the share f_mix
-        # of their work that TPOT's steps carry too
-        ahead = (c - 1.0) / s_out * prof.prefill_steps / 2.0
-        steps = steps + prof.prefill_interference * ahead * extra
-        wave = prof.batch_wait * (c - 1.0) / 2.0 * alone
+        steps, tpot, wave = _drifting(prof, c, s_out, dec.total, mix.total, extra, chunk.total, alone)
     ttft = prof.request_overhead_s + steps + wave
-    # more clients than KV slots: a closed loop of `clients` around `c` slots, each held for the request's time in
-    # the engine; by Little's law a client's cycle is clients/c of that, and what the request overhead does not
-    # fill of the rest is the wait for a slot
-    service = ttft - prof.request_overhead_s + (s_out - 1.0) * tpot
-    queue = np.maximum((clients / c - 1.0) * service - prof.request_overhead_s, 0.0)
+    queue = _slot_wait(prof, clients, c, ttft, s_out, tpot)
     ttft = ttft + queue
     latency = ttft + (s_out - 1.0) * tpot
     rps = clients / latency

@@ -150,16 +150,7 @@ def disaggregated_steady_state(
     s_in = np.maximum(np.asarray(isl, dtype=np.float64), 1.0)
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     c, s_in, s_out, rp, rd = np.broadcast_arrays(c, s_in, s_out, prefill.replicas, decode.replicas)
-    zero, one = np.zeros(c.shape), np.ones(c.shape)
-
-    # prefill iterations of 1 and of b prompts: t(β) = f + a·β between them
-    b = np.maximum(np.minimum(np.floor(token_budget / s_in), prefill.batch), 1.0)
-    pre = step_times(m, k, prefill.layout, StepShape(zero, one, np.stack([one, b]), s_in), prof.step_overhead_s)
-    t1, tb = pre.total[0], pre.total[1]
-    a = np.where(b > 1.0, (tb - t1) / np.maximum(b - 1.0, 1.0), 0.0)
-    f = t1 - a
-    capacity = b / tb  # prompts per second of one prefill replica
-
+    pre = _PrefillIterations.of(m, k, prefill, s_in, token_budget, prof.step_overhead_s)
     # each prefill rank sends the KV it holds (its heads' share; MLA's latent and too few KV heads are replicated)
     kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * kv_shard_factor(m, prefill.layout.tp) * s_in
     transfer = link.latency_s + kv / link.bandwidth_Bps
@@ -172,32 +163,13 @@ def disaggregated_steady_state(
             return step_times(m, k, decode.layout, StepShape(np.maximum(n, 1.0), ctx), prof.step_overhead_s)
         return speculative_step(m, k, decode.layout, np.maximum(n, 1.0), ctx, speculation, prof.step_overhead_s)
 
-    def prefill_latency(x: Array) -> Array:
-        beta = np.minimum(np.maximum(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0), b)
-        it = f + a * beta
-        busy = np.minimum(x * it / beta, 1.0)
-        out: Array = busy * it / 2.0 + it
-        return out
-
-    n_dec = np.minimum(c / rd, decode.batch)
-    dec = decode_at(n_dec)
-    x = np.zeros(c.shape)
-    for _ in range(_OUTER):
-        # the rest of a request's cycle beside the prefill replica: overhead, the KV's trip, decode
-        z = prof.request_overhead_s + transfer + steps * dec.total
-        x = _throughput(clients, z, capacity, prefill_latency)
-        n_new = np.minimum(x * rp * steps * dec.total / rd, decode.batch)
-        settled = np.allclose(n_new, n_dec, rtol=1e-6, atol=0.0)
-        n_dec = n_new
-        dec = decode_at(n_dec)
-        if settled:
-            break
+    x, n_dec, dec = _settle(c, clients, rp, rd, decode.batch, steps, prof.request_overhead_s + transfer, pre, decode_at)
     tpot = dec.total
     z = prof.request_overhead_s + transfer + steps * tpot
-    wave = prof.batch_wait * (np.ceil(clients / b) - 1.0) / 2.0 * tb
+    wave = prof.batch_wait * (np.ceil(clients / pre.batch) - 1.0) / 2.0 * pre.t_batch
     queued = clients / x - z  # past capacity: the queue the loop leaves (it holds the first round's wave too)
-    wave = np.where(queued > prefill_latency(x) + wave, 0.0, wave)
-    prefill_s = np.maximum(prefill_latency(x), queued)
+    wave = np.where(queued > pre.latency(x) + wave, 0.0, wave)
+    prefill_s = np.maximum(pre.latency(x), queued)
     ttft = prof.request_overhead_s + prefill_s + wave
     latency = ttft + transfer + steps * tpot
     rps = c / latency
@@ -209,18 +181,89 @@ def disaggregated_steady_state(
         request_latency_s=latency,
         requests_per_s=rps,
         output_tokens_per_s=rps * s_out,
-        prefill_s=t1,
-        queue_s=prefill_s - t1,
+        prefill_s=pre.t_one,
+        queue_s=prefill_s - pre.t_one,
         wave_s=wave,
         request_s=np.full(c.shape, prof.request_overhead_s),
         transfer_s=transfer,
-        prefill_utilization=x / capacity,
+        prefill_utilization=x / pre.capacity,
         decode_batch=n_dec,
-        prefill_capacity_rps=rp * capacity,
+        prefill_capacity_rps=rp * pre.capacity,
         decode_capacity_rps=rd * slots / (steps * full.total + transfer),
-        prefill_step=StepTimes(*(getattr(pre, f)[0] for f in OPERATOR_CLASSES)),
+        prefill_step=pre.one,
         decode_step=dec,
     )
+
+
+@dataclass(frozen=True)
+class _PrefillIterations:
+    """A prefill replica's gated batch service (module doc): iterations of 1 and of ``b`` prompts, and
+    ``t(β) = f + a·β`` between them."""
+
+    batch: Array
+    """``b``: prompts one iteration takes at most (the token budget over ``isl``, at most the pool's batch)."""
+    one: StepTimes
+    """One prompt's iteration, by operator class."""
+    t_one: Array
+    t_batch: Array
+    slope: Array
+    """``a``."""
+    fixed: Array
+    """``f``."""
+
+    @classmethod
+    def of(
+        cls, m: ModelSpec, k: Kernels, pool: Pool, s_in: Array, token_budget: float, overhead_s: float
+    ) -> _PrefillIterations:
+        zero, one = np.zeros(s_in.shape), np.ones(s_in.shape)
+        b = np.maximum(np.minimum(np.floor(token_budget / s_in), pool.batch), 1.0)
+        pre = step_times(m, k, pool.layout, StepShape(zero, one, np.stack([one, b]), s_in), overhead_s)
+        t1, tb = pre.total[0], pre.total[1]
+        a = np.where(b > 1.0, (tb - t1) / np.maximum(b - 1.0, 1.0), 0.0)
+        return cls(b, StepTimes(*(getattr(pre, f)[0] for f in OPERATOR_CLASSES)), t1, tb, a, t1 - a)
+
+    @property
+    def capacity(self) -> Array:
+        """Prompts per second of one replica."""
+        out: Array = self.batch / self.t_batch
+        return out
+
+    def latency(self, x: Array) -> Array:
+        """``F(x)``: a prompt's wait for the iteration in flight and its own iteration at throughput ``x``."""
+        f, a = self.fixed, self.slope
+        beta = np.minimum(np.maximum(x * f / np.maximum(1.0 - x * a, 1e-12), 1.0), self.batch)
+        it = f + a * beta
+        busy = np.minimum(x * it / beta, 1.0)
+        out: Array = busy * it / 2.0 + it
+        return out
+
+
+def _settle(
+    c: Array,
+    clients: Array,
+    rp: Array,
+    rd: Array,
+    batch: float,
+    steps: Array,
+    fixed_s: Array,
+    pre: _PrefillIterations,
+    decode_at: Callable[[Array], StepTimes],
+) -> tuple[Array, Array, StepTimes]:
+    """The fixed point between the decode occupancy and the prefill loop: a prefill replica's throughput, the
+    requests decoding on a decode replica and its step (``fixed_s``: overhead and the KV's trip)."""
+    n_dec = np.minimum(c / rd, batch)
+    dec = decode_at(n_dec)
+    x = np.zeros(c.shape)
+    for _ in range(_OUTER):
+        # the rest of a request's cycle beside the prefill replica: overhead, the KV's trip, decode
+        x = _throughput(clients, fixed_s + steps * dec.total, pre.capacity, pre.latency)
+        n_new = np.minimum(x * rp * steps * dec.total / rd, batch)
+        settled = np.allclose(n_new, n_dec, rtol=1e-6, atol=0.0)
+        n_dec = n_new
+        dec = decode_at(n_dec)
+        if settled:
+            break
+    return x, n_dec, dec
 
 
 def _throughput(clients: Array, z: Array, capacity: Array, latency: Callable[[Array], Array]) -> Array:

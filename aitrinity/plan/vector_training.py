@@ -30,7 +30,7 @@ from aitrinity.cost.train_operators import (
     schedule,
     slowest_stage,
 )
-from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, columns, layout_constants
+from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, Columns, columns, layout_constants
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.plan.rows import combine, first_failed
@@ -137,6 +137,97 @@ _ARCH = {
 }
 
 
+def _roofline(
+    system: System, base: Plan, job: TrainingJob, rows: Rows, c: Columns, ch_bytes: dict[str, F], ch_msgs: dict[str, F]
+) -> tuple[list[F], F]:
+    """The roofline's compute, HBM and per-channel link times (:func:`aitrinity.cost.estimate.resource_times`), and
+    the compute rate. Every channel is priced, host DRAM only with host memory (only offloading rows use it, and
+    they are infeasible without it)."""
+    zeros = np.zeros(len(rows))
+    priced = [ch for ch in _CHANNELS if ch != "host_dram" or system.host_memory is not None]
+    r = roofline_times(
+        system,
+        base.compute_dtype,
+        3.0 * c.forward + c.recompute + c.exchange,
+        rows.micro_batch.astype(np.float64) * job.seq_len / base.cp,
+        c.hbm_bytes,
+        {ch: ch_bytes.get(ch, zeros) for ch in priced},
+        {ch: ch_msgs.get(ch, zeros) for ch in priced},
+    )
+    return [r.compute_s, r.memory_s, *(r.links_s.get(ch, zeros) for ch in _CHANNELS)], r.rate
+
+
+def _serial_sends(c: Columns, system: System, n: int) -> F:
+    """The link traffic in series with the kernels: pipeline sends and CP all-gathers (``allgather``)."""
+    send = np.zeros(n)
+    for x in c.streams:
+        link = x.channel(system)
+        if x.purpose in (PP_TRAFFIC, CP_GATHER) and link is not None:
+            nbytes, msgs = x.sent()
+            send = send + link_time(system, link, nbytes, msgs)
+    return send
+
+
+def _gpu_step(
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    system: System,
+    kernels: Kernels,
+    tp: int,
+    p: int,
+    rows: Rows,
+    c: Columns,
+    times: list[F],
+    rate: F,
+    ch_bytes: dict[str, F],
+    ch_msgs: dict[str, F],
+) -> tuple[F, tuple[F, F]]:
+    """A GPU's step from the operator model, row-wise (:func:`aitrinity.cost.estimate.price_training`): the step,
+    and its compute and latency times. ``times``: the roofline's compute, HBM and per-channel link times."""
+    n, mb = len(rows), c.mb
+    v = rows.virtual_stages.astype(np.float64)
+    zeros = np.zeros(n)
+    # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
+    combos, inv = np.unique(rows.micro_batch * 6 + rows.recompute * 2 + rows.sequence_parallel, return_inverse=True)
+    ub = (combos // 6).astype(np.float64)
+    micro = MicroBatch(
+        ub, job.seq_len, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype, base.cp
+    )
+    per_mb = slowest_stage(m, kernels, tp, p, base.ep, micro)
+    per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
+    opt_bytes = np.where(rows.optimizer_offload, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)
+    sched = schedule(per_mb, kernels, p, v, mb, _serial_sends(c, system, n) / mb, opt_bytes)
+    timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
+    streams = []  # the operator model times the TP and PP streams itself: the links carry the rest
+    for i, ch in enumerate(_CHANNELS):
+        if ch in ("intra_node", "inter_node"):
+            rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
+            rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
+            streams.append(link_time(system, ch, rest_b, rest_m))
+        else:
+            streams.append(times[2 + i])
+    sms = [ch in ("intra_node", "inter_node") for ch in _CHANNELS]
+    gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system, sms)
+    return np.asarray(gpu.time_s), (np.asarray(gpu.compute_s), np.asarray(gpu.latency_s))
+
+
+def _checks(m: ModelSpec, system: System, tp: int, p: int, rows: Rows, c: Columns) -> list[NDArray[np.bool_]]:
+    """The feasibility constraints, in order (the first that fails names the reason)."""
+    off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
+    host_cap = system.tier_capacity_per_device("host") or 0.0
+    return [
+        ~c.divisible,
+        c.hbm_resident > system.usable_memory_bytes,
+        c.host_resident > host_cap,
+        c.heavy & (zero >= 2),
+        (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
+        rows.sequence_parallel & (tp == 1),
+        ~chunks_fit(m.num_layers, p, rows.virtual_stages),
+        (zero >= 3) & (c.period > 1),
+    ]
+
+
 def price_rows(
     m: ModelSpec,
     job: TrainingJob,
@@ -157,77 +248,24 @@ def price_rows(
     sync = _syncs(m, base)
     c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
     n, p, mb = len(rows), pp, c.mb
-    rec, sp, v = rows.recompute, rows.sequence_parallel, rows.virtual_stages.astype(np.float64)
-
-    # --- link bytes and messages per channel; the operator model times the TP and PP streams itself
-    ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)
-    timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
-    send = np.zeros(n)  # the link traffic in series with the kernels: pipeline sends, CP all-gathers (allgather)
-    for x in c.streams:
-        link = x.channel(system)
-        if x.purpose in (PP_TRAFFIC, CP_GATHER) and link is not None:
-            nbytes, msgs = x.sent()
-            send = send + link_time(system, link, nbytes, msgs)
-    hardware = 3.0 * c.forward + c.recompute + c.exchange
-    off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
-    s, b = job.seq_len, rows.micro_batch.astype(np.float64)
+    v = rows.virtual_stages.astype(np.float64)
+    ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)  # link bytes and messages per channel
 
     # --- pricing (the roofline of estimate.resource_times, and combine)
+    times, rate = _roofline(system, base, job, rows, c, ch_bytes, ch_msgs)
     zeros = np.zeros(n)
-    # every channel, host DRAM only with host memory (only offloading rows use it, infeasible without it)
-    priced = [ch for ch in _CHANNELS if ch != "host_dram" or system.host_memory is not None]
-    r = roofline_times(
-        system,
-        base.compute_dtype,
-        hardware,
-        b * s / base.cp,
-        c.hbm_bytes,
-        {ch: ch_bytes.get(ch, zeros) for ch in priced},
-        {ch: ch_msgs.get(ch, zeros) for ch in priced},
-    )
-    rate = r.rate
-    times = [r.compute_s, r.memory_s, *(r.links_s.get(ch, zeros) for ch in _CHANNELS)]
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
     if kernels is None:
         bubble = (p - 1) / (mb * v) * times[0]
-        operators = mb * c.layers_peak * OPERATORS_PER_LAYER * (3.0 + (rec == 2))
+        operators = mb * c.layers_peak * OPERATORS_PER_LAYER * (3.0 + (rows.recompute == 2))
         step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
-    else:  # estimate.estimate_training / price_training, row-wise
-        # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
-        combos, inv = np.unique(rows.micro_batch * 6 + rec * 2 + sp, return_inverse=True)
-        ub = (combos // 6).astype(np.float64)
-        micro = MicroBatch(ub, s, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype, base.cp)
-        per_mb = slowest_stage(m, kernels, tp, p, base.ep, micro)
-        per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
-        opt_bytes = np.where(off, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)
-        sched = schedule(per_mb, kernels, p, v, mb, send / mb, opt_bytes)
-        streams = []
-        for i, ch in enumerate(_CHANNELS):
-            if ch in ("intra_node", "inter_node"):
-                rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
-                rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
-                streams.append(link_time(system, ch, rest_b, rest_m))
-            else:
-                streams.append(times[2 + i])
-        sms = [ch in ("intra_node", "inter_node") for ch in _CHANNELS]
-        gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system, sms)
-        step = np.asarray(gpu.time_s)
-        times = [np.asarray(gpu.compute_s), *times[1:], np.asarray(gpu.latency_s)]
+    else:
+        step, gpu_times = _gpu_step(m, job, base, system, kernels, tp, p, rows, c, times, rate, ch_bytes, ch_msgs)
+        times = [gpu_times[0], *times[1:], gpu_times[1]]
 
     # --- feasibility, first failed constraint wins
-    host_cap = system.tier_capacity_per_device("host") or 0.0
-    checks = [
-        ~c.divisible,
-        c.hbm_resident > system.usable_memory_bytes,
-        c.host_resident > host_cap,
-        c.heavy & (zero >= 2),
-        (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
-        sp & (tp == 1),
-        ~chunks_fit(m.num_layers, p, rows.virtual_stages),
-        (zero >= 3) & (c.period > 1),
-    ]
-    reason = first_failed(checks, n)
+    reason = first_failed(_checks(m, system, tp, p, rows, c), n)
     nodes = system.num_devices
     price = system.price_per_hour_usd
     return Priced(
