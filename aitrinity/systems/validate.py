@@ -138,101 +138,21 @@ def _row(workload: str, quantity: str, predicted: float, measured: float, tol: f
 def validate(system: System, quick: bool = False, progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Run the sweep on ``system`` (one device: this machine's calibrated profile)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from aitrinity.systems.torch_models import Block, Decoder
+    from aitrinity.systems.torch_models import Decoder
 
     say = progress or (lambda _m: None)
     repeats = 3 if quick else 5
     rows: list[Row] = []
-    fp32 = Plan(compute_dtype="fp32", weight_dtype="fp32")
     for case in sweep(quick):
-        m, b, s = case.model, case.batch, case.seq_len
         say(case.name)
         torch.manual_seed(0)
-        model = Decoder(m).float()
-        rows.append(
-            _row(
-                case.name,
-                "parameters",
-                count(m).total,
-                sum(p.numel() for p in model.parameters()),
-                TOLERANCE["parameters"],
-            )
-        )
-        ids = torch.randint(0, m.vocab_size, (b, s))
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model(ids)
-        predicted = b * s * (token_flops(m).dense + score_flops_per_query(m, s))
-        rows.append(_row(case.name, "forward FLOPs", predicted, counter.get_total_flops(), TOLERANCE["forward FLOPs"]))
-        rows.append(
-            _row(
-                case.name,
-                "saved activations (one layer)",
-                layer_activation_bytes(layer_activations(m, s, b, False, 2.0), Plan(flash_attention=False)),
-                saved_activation_bytes(Block(m).to(torch.bfloat16), b, s, m.hidden_size),
-                TOLERANCE["saved activations (one layer)"],
-            )
-        )
+        model = Decoder(case.model).float()
+        ids = torch.randint(0, case.model.vocab_size, (case.batch, case.seq_len))
         with torch.no_grad():
             _, cache = model.step(ids, None)
-        kv_measured = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache)
-        rows.append(
-            _row(
-                case.name,
-                "KV-cache bytes",
-                b * s * kv_bytes_per_token(m, "fp32"),
-                kv_measured,
-                TOLERANCE["KV-cache bytes"],
-            )
-        )
-
-        def forward(model: Any = model, ids: Any = ids) -> None:
-            with torch.no_grad():
-                model(ids)
-
-        rows.append(
-            _row(
-                case.name,
-                "prefill time",
-                price_phase(prefill_phase(m, fp32, system, b, s), system, "fp32").time_s,
-                best_time(forward, repeats),
-                None,
-            )
-        )
-        opt = torch.optim.Adam(model.parameters())
-
-        def train_step(model: Any = model, ids: Any = ids, opt: Any = opt) -> None:
-            opt.zero_grad()
-            model(ids).pow(2).mean().backward()
-            opt.step()
-
-        job = TrainingJob(seq_len=s, global_batch=b)
-        plan = fp32.model_copy(update={"micro_batch": b, "flash_attention": False})
-        rows.append(
-            _row(
-                case.name,
-                "train-step time",
-                price(training_ledger("validate", m, job, plan, system), system).training.step_time_s,  # type: ignore[union-attr]
-                best_time(train_step, max(repeats - 2, 1)),
-                None,
-            )
-        )
-        last = ids[:, -1:]
-
-        def decode(model: Any = model, cache: Any = cache, last: Any = last) -> None:
-            with torch.no_grad():
-                model.step(last, cache)
-
-        rows.append(
-            _row(
-                case.name,
-                "decode-step time",
-                price_phase(decode_phase(m, fp32, system, b, s), system, "fp32").time_s,
-                best_time(decode, repeats * 3),
-                None,
-            )
-        )
+        rows += _counted_rows(case, model, ids, cache)
+        rows += _timed_rows(case, system, model, ids, cache, repeats)
     timed = [abs(r.relative_error) for r in rows if r.quantity in TIMED]
     worst = max((r for r in rows if r.quantity in TIMED), key=lambda r: abs(r.relative_error), default=None)
     return ValidationReport(
@@ -242,6 +162,92 @@ def validate(system: System, quick: bool = False, progress: Callable[[str], None
         timing_worst_abs_error=abs(worst.relative_error) if worst else None,
         timing_worst=f"{worst.workload}: {worst.quantity}" if worst else None,
     )
+
+
+def _counted_rows(case: Case, model: Any, ids: Any, cache: Any) -> list[Row]:
+    """What the model counts against what torch counts: parameters, forward FLOPs, one layer's saved activations,
+    the KV cache's bytes."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from aitrinity.systems.torch_models import Block
+
+    m, b, s = case.model, case.batch, case.seq_len
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids)
+    kv_measured = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache)
+    return [
+        _row(
+            case.name,
+            "parameters",
+            count(m).total,
+            sum(p.numel() for p in model.parameters()),
+            TOLERANCE["parameters"],
+        ),
+        _row(
+            case.name,
+            "forward FLOPs",
+            b * s * (token_flops(m).dense + score_flops_per_query(m, s)),
+            counter.get_total_flops(),
+            TOLERANCE["forward FLOPs"],
+        ),
+        _row(
+            case.name,
+            "saved activations (one layer)",
+            layer_activation_bytes(layer_activations(m, s, b, False, 2.0), Plan(flash_attention=False)),
+            saved_activation_bytes(Block(m).to(torch.bfloat16), b, s, m.hidden_size),
+            TOLERANCE["saved activations (one layer)"],
+        ),
+        _row(
+            case.name, "KV-cache bytes", b * s * kv_bytes_per_token(m, "fp32"), kv_measured, TOLERANCE["KV-cache bytes"]
+        ),
+    ]
+
+
+def _timed_rows(case: Case, system: System, model: Any, ids: Any, cache: Any, repeats: int) -> list[Row]:
+    """The predicted prefill, train-step and decode-step times against the best of ``repeats`` measured runs."""
+    import torch
+
+    m, b, s = case.model, case.batch, case.seq_len
+    fp32 = Plan(compute_dtype="fp32", weight_dtype="fp32")
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(ids)
+
+    opt = torch.optim.Adam(model.parameters())
+
+    def train_step() -> None:
+        opt.zero_grad()
+        model(ids).pow(2).mean().backward()
+        opt.step()
+
+    last = ids[:, -1:]
+
+    def decode() -> None:
+        with torch.no_grad():
+            model.step(last, cache)
+
+    job = TrainingJob(seq_len=s, global_batch=b)
+    plan = fp32.model_copy(update={"micro_batch": b, "flash_attention": False})
+    train_s = price(training_ledger("validate", m, job, plan, system), system).training.step_time_s  # type: ignore[union-attr]
+    return [
+        _row(
+            case.name,
+            "prefill time",
+            price_phase(prefill_phase(m, fp32, system, b, s), system, "fp32").time_s,
+            best_time(forward, repeats),
+            None,
+        ),
+        _row(case.name, "train-step time", train_s, best_time(train_step, max(repeats - 2, 1)), None),
+        _row(
+            case.name,
+            "decode-step time",
+            price_phase(decode_phase(m, fp32, system, b, s), system, "fp32").time_s,
+            best_time(decode, repeats * 3),
+            None,
+        ),
+    ]
 
 
 def saved_activation_bytes(block: Any, b: int, s: int, h: int) -> int:

@@ -205,18 +205,113 @@ class Telemetry:
         )
 
 
-def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
-    model = tasks.mlp(task.features, task.classes, run.hidden, run.seed)
+def _hooked(run: Run, model: nn.Module, rank: int) -> tuple[Any, hooks.CompressionState]:
+    """``model`` in DDP with the compression hook registered (``auto`` starts uncompressed), and its state; with
+    ``inject_nan_at``, rank 0's first gradient turns NaN at that step (the non-finite guard's test)."""
     ddp = nn.parallel.DistributedDataParallel(model)
-    auto = run.method == "auto"
     state = hooks.CompressionState(
-        "none" if auto else run.method,
+        "none" if run.method == "auto" else run.method,
         density=run.density,
         error_feedback=run.error_feedback,
         seed=run.seed,
         rank=run.powersgd_rank,
     )
     hooks.register(ddp, state, cast=run.cast)
+    if run.inject_nan_at is not None and rank == 0:
+        first = next(model.parameters())
+        first.register_hook(
+            lambda g: g.index_fill(0, torch.tensor([0]), float("nan")) if state.step + 1 == run.inject_nan_at else g
+        )
+    return ddp, state
+
+
+def _train_step(
+    ddp: Any, opt: torch.optim.Optimizer, state: hooks.CompressionState, x: Any, y: Any, lr: float
+) -> tuple[float, bool]:
+    """One step at learning rate ``lr``: forward, backward (the hook compresses and all-reduces), and the optimizer's
+    step unless a rank saw a non-finite gradient (then every rank skips it). Returns the loss and whether it was
+    skipped."""
+    opt.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(ddp(x), y)
+    loss.backward()
+    flag = torch.tensor([1.0 if state.found_nonfinite else 0.0])
+    dist.all_reduce(flag)
+    nonfinite = bool(flag.item() > 0)
+    if not nonfinite:
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+    return float(loss.item()), nonfinite
+
+
+def _record(
+    state: hooks.CompressionState, before: hooks.HookStats, step: int, loss: float, step_s: float, nonfinite: bool
+) -> dict[str, Any]:
+    """One step's record: its loss, method, times and bytes (the hook's statistics since ``before``)."""
+    s = state.stats
+    comm, codec = s.comm_s - before.comm_s, s.codec_s - before.codec_s
+    return {
+        "step": step,
+        "loss": loss,
+        "method": state.method,
+        "step_s": step_s,
+        "compute_s": step_s - comm - codec,
+        "comm_s": comm,
+        "codec_s": codec,
+        "payload_bytes": s.payload_bytes - before.payload_bytes,
+        "sent_bytes": s.sent_bytes - before.sent_bytes,
+        "buckets": list(state.step_buckets),
+        "nonfinite": nonfinite,
+    }
+
+
+def _adapt(
+    run: Run,
+    state: hooks.CompressionState,
+    before: hooks.HookStats,
+    ctl: Controller,
+    tele: Telemetry,
+    rank: int,
+    step_s: float,
+) -> dict[str, Any] | None:
+    """``auto``: feed the step to the telemetry, let rank 0's Controller decide and switch every rank to its choice
+    (broadcast, so they switch together); rank 0's decision, for its record."""
+    s = state.stats
+    comm, codec = s.comm_s - before.comm_s, s.codec_s - before.codec_s
+    buckets = [state.bucket_numels[i] for i in sorted(state.bucket_numels)]
+    if tele.compute_s is None:
+        tele.probe(buckets)  # every rank, the same collectives, after DDP's first step fixed its buckets
+    tele.observe(
+        state.method,
+        s.buckets - before.buckets,
+        s.sent_bytes - before.sent_bytes,
+        comm,
+        codec,
+        s.elements - before.elements,
+        step_s - comm - codec,
+    )
+    choice = torch.tensor([0])
+    decision = None
+    if rank == 0:
+        d = ctl.decide(lambda m, b=buckets: tele.predict(m, b))  # type: ignore[misc]
+        choice[0] = run.options.index(d.choice)
+        decision = {
+            "choice": d.choice,
+            "switched": d.switched,
+            "reason": d.reason,
+            "predicted_s": d.predicted_s,
+            "model_s": {m: tele.model(m, buckets) for m in run.options},
+            "rates": tele.rates().to_json(),
+        }
+    dist.broadcast(choice, 0)
+    state.set_method(run.options[int(choice[0])])
+    return decision
+
+
+def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
+    model = tasks.mlp(task.features, task.classes, run.hidden, run.seed)
+    ddp, state = _hooked(run, model, rank)
+    auto = run.method == "auto"
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
     x, y = task.x_train[rank::world], task.y_train[rank::world]
     per_epoch = math.ceil(len(x) / run.batch)
@@ -229,11 +324,6 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
     ctl = Controller(run.options, "none") if auto else None
     tele = Telemetry(run.options, world, run.density, cast=run.cast) if auto else None
     records, skipped = [], 0
-    if run.inject_nan_at is not None and rank == 0:
-        first = next(model.parameters())
-        first.register_hook(
-            lambda g: g.index_fill(0, torch.tensor([0]), float("nan")) if state.step + 1 == run.inject_nan_at else g
-        )
     while step < total:
         epoch, i = divmod(step, per_epoch)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(run.seed * 7919 + epoch))
@@ -242,61 +332,15 @@ def train(run: Run, task: tasks.Task, rank: int, world: int) -> dict[str, Any]:
         state.found_nonfinite = False
         state.step_buckets = []
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(ddp(x[idx]), y[idx])
-        loss.backward()
-        flag = torch.tensor([1.0 if state.found_nonfinite else 0.0])
-        dist.all_reduce(flag)
-        if flag.item() > 0:
-            skipped += 1
-        else:
-            for group in opt.param_groups:  # cosine decay to zero over the run
-                group["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / total))
-            opt.step()
+        lr = run.lr * 0.5 * (1 + math.cos(math.pi * step / total))  # cosine decay to zero over the run
+        loss, nonfinite = _train_step(ddp, opt, state, x[idx], y[idx], lr)
+        skipped += nonfinite
         step_s = time.perf_counter() - t0
-        s = state.stats
-        comm, codec = s.comm_s - before.comm_s, s.codec_s - before.codec_s
-        rec: dict[str, Any] = {
-            "step": step,
-            "loss": loss.item(),
-            "method": state.method,
-            "step_s": step_s,
-            "compute_s": step_s - comm - codec,
-            "comm_s": comm,
-            "codec_s": codec,
-            "payload_bytes": s.payload_bytes - before.payload_bytes,
-            "sent_bytes": s.sent_bytes - before.sent_bytes,
-            "buckets": list(state.step_buckets),
-            "nonfinite": bool(flag.item() > 0),
-        }
+        rec = _record(state, before, step, loss, step_s, nonfinite)
         if ctl is not None and tele is not None:
-            buckets = [state.bucket_numels[i] for i in sorted(state.bucket_numels)]
-            if tele.compute_s is None:
-                tele.probe(buckets)  # every rank, the same collectives, after DDP's first step fixed its buckets
-            tele.observe(
-                state.method,
-                s.buckets - before.buckets,
-                s.sent_bytes - before.sent_bytes,
-                comm,
-                codec,
-                s.elements - before.elements,
-                step_s - comm - codec,
-            )
-            # rank 0's telemetry decides; the choice is broadcast so every rank switches together
-            choice = torch.tensor([0])
-            if rank == 0:
-                d = ctl.decide(lambda m, b=buckets: tele.predict(m, b))  # type: ignore[misc]
-                choice[0] = run.options.index(d.choice)
-                rec["decision"] = {
-                    "choice": d.choice,
-                    "switched": d.switched,
-                    "reason": d.reason,
-                    "predicted_s": d.predicted_s,
-                    "model_s": {m: tele.model(m, buckets) for m in run.options},
-                    "rates": tele.rates().to_json(),
-                }
-            dist.broadcast(choice, 0)
-            state.set_method(run.options[int(choice[0])])
+            decision = _adapt(run, state, before, ctl, tele, rank, step_s)
+            if decision is not None:
+                rec["decision"] = decision
         if run.record_steps:
             records.append(rec)
         step += 1
