@@ -12,7 +12,10 @@ agree within 10%.
 ``--fit`` chooses each engine's ``output_spread`` from ``--spreads`` by the simulation's MAPE against the measured
 TTFT + TPOT of those rows (development data only).
 
-    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--fit] [--json]
+``--rows`` prints every run instead (its layout and the three TTFT and TPOT figures), ``--engine`` keeps one engine's.
+
+    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--engine E] [--rows] [--fit]
+        [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +48,11 @@ ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ("sim TTFT", "analytic TTFT", "measured TTFT", "sim TPOT", "analytic TPOT", "measured TPOT")
 
 
-def price(rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: dict) -> dict[str, np.ndarray]:
-    """Per engine, one row per run: the COLUMNS in seconds."""
+def price(
+    rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: dict, runs: list[dict[str, Any]] | None = None
+) -> dict[str, np.ndarray]:
+    """Per engine, one row per run: the COLUMNS in seconds (``runs``, if given, collects each run's line for
+    ``--rows``)."""
     out: dict[str, list[tuple[float, ...]]] = {}
     for r in rows:
         dev = catalog.device(r.device)
@@ -79,9 +86,19 @@ def price(rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: 
         )
         loop = ClosedLoop(r.c, r.isl, r.osl, r.c * rounds, prof.request_overhead_s, s.output_spread)
         sim = simulate_closed_loop(m, cfg, loop)
-        out.setdefault(r.engine, []).append(
-            (sim.ttft_s.mean, float(ss.ttft_s), r.ttft_ms / 1e3, sim.tpot_s.mean, float(ss.tpot_s), r.tpot_ms / 1e3)
+        figures = (
+            sim.ttft_s.mean,
+            float(ss.ttft_s),
+            r.ttft_ms / 1e3,
+            sim.tpot_s.mean,
+            float(ss.tpot_s),
+            r.tpot_ms / 1e3,
         )
+        out.setdefault(r.engine, []).append(figures)
+        if runs is not None:
+            layout = {"engine": r.engine, "model": r.model, "tp": r.tp, "dtype": r.dtype, "c": r.c, "isl": r.isl}
+            runs.append({**layout, "osl": r.osl, "kv_slots": float(slots), "preemptions": sim.preemptions})
+            runs[-1].update(zip(COLUMNS, figures, strict=True))
     return {e: np.array(v) for e, v in out.items()}
 
 
@@ -116,6 +133,21 @@ def fit(rows: list, rounds: int, spreads: list[float], kernels: dict) -> dict[st
     return {e: s for e, (s, _) in sorted(best.items())}
 
 
+def _print_runs(runs: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(runs, indent=2))
+        return
+    print("| engine | model | tp | dtype | c | isl | osl | KV slots | preemptions | " + " | ".join(COLUMNS) + " |")
+    print("|---" * (9 + len(COLUMNS)) + "|")
+    for x in runs:
+        ttft = " | ".join(f"{x[k] * 1e3:,.1f} ms" for k in COLUMNS[:3])
+        tpot = " | ".join(f"{x[k] * 1e3:.2f} ms" for k in COLUMNS[3:])
+        print(
+            f"| {x['engine']} | {x['model']} | {x['tp']} | {x['dtype']} | {x['c']} | {x['isl']} | {x['osl']} "
+            f"| {x['kv_slots']:.0f} | {x['preemptions']:,} | {ttft} | {tpot} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "validation" / "serving_h100_dense.csv"))
@@ -123,16 +155,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10, help="requests per client")
     ap.add_argument("--fit", action="store_true", help="choose each engine's output spread (development data only)")
     ap.add_argument("--spreads", default="0,0.01,0.02,0.05,0.1,0.2", help="with --fit: the grid")
+    ap.add_argument("--engine", help="only this engine's runs (trtllm, vllm, sglang)")
+    ap.add_argument("--rows", action="store_true", help="print every run, not the summary")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = read_rows(Path(args.csv))[0][:: args.every]  # the runs the model expresses (validate --serving's rule)
+    rows = [r for r in rows if args.engine in (None, r.engine)]
     kernels: dict[tuple, Kernels] = {}
     start = time.perf_counter()
     if args.fit:
         for engine, spread in fit(rows, args.rounds, [float(x) for x in args.spreads.split(",")], kernels).items():
             print(f"{engine}: output_spread={spread:g}")
         return
-    by_engine = price(rows, args.rounds, {e: scheduling(e) for e in {r.engine for r in rows}}, kernels)
+    runs: list[dict[str, Any]] | None = [] if args.rows else None
+    by_engine = price(rows, args.rounds, {e: scheduling(e) for e in {r.engine for r in rows}}, kernels, runs)
+    if runs is not None:
+        _print_runs(runs, args.json)
+        return
     out = {e: summary(a) for e, a in sorted(by_engine.items())}
     out["all"] = summary(np.concatenate(list(by_engine.values())))
     if args.json:
