@@ -122,7 +122,9 @@ def _add_diagnose(sub: Any) -> None:
 
 
 def _add_plan(sub: Any) -> None:
-    """trinity plan."""
+    """trinity plan.
+
+    Longer than most: one ``add_argument`` per option, in the order ``--help`` lists them."""
     pl = sub.add_parser(
         "plan",
         help="search plans; the best, the top N, the Pareto frontier and the chain",

@@ -65,7 +65,9 @@ HELP = (
 
 
 def add_parser(sub: Any) -> None:
-    """``trinity simulate SCENARIO [options]``: each scenario has its own options (and its own --help)."""
+    """``trinity simulate SCENARIO [options]``: each scenario has its own options (and its own --help).
+
+    Longer than most: one ``add_argument`` per option, in the order ``--help`` lists them."""
     p = sub.add_parser(
         "simulate",
         help="discrete-event simulation: prefill cluster caches, serving, training on a changing link",

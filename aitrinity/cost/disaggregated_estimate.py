@@ -11,6 +11,7 @@ capacity, the prefill pool's load, the KV's trip and which pool binds.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from aitrinity.cost.disaggregated import DisaggregatedState, KVLink, Pool, disaggregated_steady_state
@@ -58,16 +59,7 @@ def estimate_disaggregated(
     pre_plan = qplan.model_copy(update={"tp": d.prefill_tp, "ep": d.prefill_ep, "pp": 1})
     one = prefill_phase(m, pre_plan, system, 1, job.prompt_tokens, fx)
     ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
-    weights = weight_bytes_per_device(m, pre_plan)
-    usable = system.usable_memory_bytes
-    if weights > usable:
-        notes = [
-            *notes,
-            f"a prefill worker's weights take {format_bytes(weights)} per device, above its usable "
-            f"{format_bytes(usable)}",
-        ]
-    if fx.prefix_hit:
-        notes = [*notes, "a prefix cache's hits are not applied to disaggregated pools: every prompt is prefilled"]
+    notes = [*notes, *_pool_notes(weight_bytes_per_device(m, pre_plan), system.usable_memory_bytes, fx.prefix_hit)]
     f = ledger.serving
     assert f is not None
     engine = system.engine
@@ -75,15 +67,7 @@ def estimate_disaggregated(
     dec_lay = Layout(
         qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing, scale_out=out
     )
-    pre_lay = Layout(
-        d.prefill_tp,
-        d.prefill_ep,
-        qplan.weights_dtype,
-        qplan.cache_dtype,
-        engine,
-        routing=job.moe_routing,
-        scale_out=out,
-    )
+    pre_lay = dataclasses.replace(dec_lay, tp=d.prefill_tp, ep=d.prefill_ep)
     pre_workers = d.prefill_devices // d.prefill_tp // d.prefill_ep
     clients = max(f.batch, 1) * f.replicas
     link = kv_link(d, system)
@@ -104,12 +88,11 @@ def estimate_disaggregated(
     phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]
     ttft, tpot = phases[0].time_s, phases[1].time_s
     latency = ttft + float(ds.transfer_s) + (job.output_tokens - 1) * tpot  # on the phases (a roofline floor holds)
-    n = system.num_devices
     pools = PoolMetrics(
         prefill_devices=d.prefill_devices,
         prefill_workers=pre_workers * d.prefill_ep,
         prefill_layout=_label(pre_lay),
-        decode_devices=n - d.prefill_devices,
+        decode_devices=system.num_devices - d.prefill_devices,
         decode_replicas=f.replicas,
         decode_layout=_label(dec_lay) + (f" pp{plan.pp}" if plan.pp > 1 else ""),
         clients=clients,
@@ -123,6 +106,16 @@ def estimate_disaggregated(
     )
     serving = concurrency_metrics(system, ttft, tpot, latency, clients * job.output_tokens / latency, pools)
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels.source, "notes": notes})
+
+
+def _pool_notes(weights: float, usable: float, prefix_hit: float) -> list[str]:
+    out = []
+    if weights > usable:
+        per_device = f"{format_bytes(weights)} per device, above its usable {format_bytes(usable)}"
+        out.append(f"a prefill worker's weights take {per_device}")
+    if prefix_hit:
+        out.append("a prefix cache's hits are not applied to disaggregated pools: every prompt is prefilled")
+    return out
 
 
 def _prefill(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> PhaseEstimate:

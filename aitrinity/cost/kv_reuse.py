@@ -149,14 +149,6 @@ def decide(
         "recompute" if best_k == 0 else "load" if best_k == len(run) else "partial"
     )
     t0 = compute(0)
-    if not run:
-        reason = "nothing cached"
-    elif choice == "recompute":
-        reason = "not worth loading: recomputing is faster than reading the cached blocks"
-    elif choice == "partial":
-        reason = f"load {best_k} of {len(run)} cached blocks; the slower tiers' blocks are cheaper to recompute"
-    else:
-        reason = "load every cached block"
     return ReuseDecision(
         choice=choice,
         prompt_tokens=prompt_tokens,
@@ -169,8 +161,18 @@ def decide(
         recompute_all_s=t0,
         speedup=t0 / best_t,
         breakeven=_breakeven(run, block_tokens, block_bytes, compute),
-        reason=reason,
+        reason=_reason(choice, best_k, len(run)),
     )
+
+
+def _reason(choice: str, loaded: int, cached: int) -> str:
+    if not cached:
+        return "nothing cached"
+    if choice == "recompute":
+        return "not worth loading: recomputing is faster than reading the cached blocks"
+    if choice == "partial":
+        return f"load {loaded} of {cached} cached blocks; the slower tiers' blocks are cheaper to recompute"
+    return "load every cached block"
 
 
 def _breakeven(

@@ -398,6 +398,60 @@ def context_parallel_time(
     return out
 
 
+def _sparse_attention(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    heads: tuple[Degree, Degree, int],
+    dec: Array,
+    ctx: Array,
+    nps: Array,
+    plen: Array,
+    prefix: Array,
+) -> Array:
+    """DeepSeek Sparse Attention: each query attends its ``index_topk`` best tokens -- counted as a window of that
+    many keys -- after the indexer scored every cached token with its fp8 keys (``heads``: the attention's heads,
+    KV groups and head width on one rank)."""
+    assert m.mla is not None and m.mla.index_heads and m.mla.index_head_dim
+    a, g, d = heads
+    sparse = dataclasses.replace(lay, kv_dtype="fp8")
+    # the indexer's cache is keys only: its scores are QK^T at its head width, and a decode reads each key once
+    keys_only = (m.mla.index_head_dim, 0)
+    ih, idim = m.mla.index_heads, m.mla.index_head_dim
+    index = _attention(m, k, sparse, ih, 1, idim, dec, ctx, nps, plen, prefix, None, keys_only)
+    out: Array = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk, mla_widths(m)) + index
+    return out
+
+
+def _moe_collectives(m: ModelSpec, k: Kernels, lay: Layout, rows: Array) -> Array | None:
+    """A MoE layer's own collectives where attention replicas (``dp > 1``) meet in it (None: none). EP: dispatch the
+    tokens' top-k copies to their experts' ranks and combine them back; without EP, every expert is split over the
+    whole group: all-gather the tokens, reduce-scatter the outputs (a layout that does neither asks for a collective
+    over one GPU: nothing)."""
+    spread = np.asarray(lay.dp) > 1 if m.moe else np.False_
+    if not (m.moe and spread.any()):
+        return None
+    h = m.hidden_size
+    dispatch = np.where(spread & (np.asarray(lay.ep) > 1), lay.ep, 1)
+    gather = np.where(spread & (np.asarray(lay.ep) <= 1), lay.tp * lay.dp, 1)
+    routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
+    a2a = k.all_to_all(routed, dispatch) if lay.scale_out is None else lay.scale_out.all_to_all(k, routed, dispatch)
+    out: Array = 2.0 * a2a + k.all_reduce(rows * lay.dp * h * 2.0, gather)
+    return out
+
+
+def _shared_experts_hidden(
+    m: ModelSpec, k: Kernels, lay: Layout, rows: Array, nps: Array, moe_mlp: Array, moe_comm: Array
+) -> Array:
+    """The shared experts' time a MoE layer hides: a decode step runs as a CUDA graph, the shared experts on a second
+    stream beside the routed path (router, dispatch, experts, combine), and the layer takes the longer of the two
+    (TensorRT-LLM's maybe_execute_in_parallel, SGLang's and vLLM's shared-expert streams; aiconfigurator's
+    OverlapOp). Prefill steps run them in turn: nothing hidden."""
+    shared = shared_expert_time(m, k, lay, rows)
+    out: Array = np.where(nps > 0, 0.0, np.minimum(shared, moe_mlp - shared + moe_comm))
+    return out
+
+
 def step_times(
     m: ModelSpec,
     k: Kernels,
@@ -422,14 +476,7 @@ def step_times(
     projections = projection_time(m, k, lay, rows)
     attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None, mla_widths(m))
     if m.mla and m.mla.sparse and m.mla.index_heads and m.mla.index_head_dim:
-        # DeepSeek Sparse Attention: each query attends its index_topk best tokens -- counted as a window of that
-        # many keys -- after the indexer scored every cached token with its fp8 keys
-        sparse = dataclasses.replace(lay, kv_dtype="fp8")
-        # the indexer's cache is keys only: its scores are QK^T at its head width, and a decode reads each key once
-        keys_only = (m.mla.index_head_dim, 0)
-        ih, idim = m.mla.index_heads, m.mla.index_head_dim
-        index = _attention(m, k, sparse, ih, 1, idim, dec, ctx, nps, plen, prefix, None, keys_only)
-        attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk, mla_widths(m)) + index
+        attn = _sparse_attention(m, k, lay, (a, g, d), dec, ctx, nps, plen, prefix)
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
@@ -439,25 +486,13 @@ def step_times(
     layers = m.num_layers
     samplers = np.maximum(dec + nps, 1.0)
     comm = 2.0 * layers * ar + k.all_reduce(samplers * m.vocab_size / tp * 4.0, tp) * (tp > 1)  # + logits gather
-    moe_comm = np.zeros(np.shape(rows))  # a MoE layer's own collectives
-    spread = np.asarray(lay.dp) > 1 if m.moe else np.False_
-    if m.moe and spread.any():  # the replicas' tokens meet in each MoE layer, and go back
-        # EP: dispatch the tokens' top-k copies to their experts' ranks, combine them back; without EP, every expert
-        # is split over the whole group: all-gather the tokens, reduce-scatter the outputs (a layout that does
-        # neither asks for a collective over one GPU: nothing)
-        dispatch = np.where(spread & (np.asarray(lay.ep) > 1), lay.ep, 1)
-        gather = np.where(spread & (np.asarray(lay.ep) <= 1), tp * lay.dp, 1)
-        routed = rows * m.moe.experts_per_token * h * 2.0 * lay.skew  # the hottest rank's share
-        a2a = k.all_to_all(routed, dispatch) if lay.scale_out is None else lay.scale_out.all_to_all(k, routed, dispatch)
-        moe_comm = 2.0 * a2a + k.all_reduce(rows * lay.dp * h * 2.0, gather)
+    moe_comm = _moe_collectives(m, k, lay, rows)
+    if moe_comm is not None:
         comm = comm + m.num_moe_layers * moe_comm
+    else:
+        moe_comm = np.zeros(np.shape(rows))
     if m.moe and m.moe.num_shared_experts:
-        # a decode step runs as a CUDA graph, the shared experts on a second stream beside the routed path (router,
-        # dispatch, experts, combine): the layer takes the longer of the two (TensorRT-LLM's maybe_execute_in_parallel,
-        # SGLang's and vLLM's shared-expert streams; aiconfigurator's OverlapOp). Prefill steps run them in turn.
-        shared = shared_expert_time(m, k, lay, rows)
-        hidden = np.where(nps > 0, 0.0, np.minimum(shared, moe_mlp - shared + moe_comm))
-        moe_mlp = moe_mlp - hidden
+        moe_mlp = moe_mlp - _shared_experts_hidden(m, k, lay, rows, nps, moe_mlp, moe_comm)
     if np.any(cp > 1):
         comm = comm + layers * context_parallel_time(m, k, lay, dec, nps, plen, prefix, a, g, d)
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp

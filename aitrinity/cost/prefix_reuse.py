@@ -85,9 +85,7 @@ def replay_tiers(
     size = block_tokens if block_bytes is None else block_bytes
     if len(tiers) == 1 and policy == "lru":
         return _one_lru_tier(requests, tiers[0], block_tokens, size, block_flops, request_flops)
-    idx = [BlockIndex(t.capacity_bytes, policy) for t in tiers]
-    hit_blocks = [0] * len(tiers)
-    peak = [0] * len(tiers)
+    stack = _TierStack([BlockIndex(t.capacity_bytes, policy) for t in tiers], size)
     flop_memo: dict[int, float] = {}
 
     def bflops(j: int) -> float:
@@ -97,30 +95,14 @@ def replay_tiers(
             flop_memo[j] = block_flops(j)
         return flop_memo[j]
 
-    last = len(idx) - 1
-
-    def place(level: int, key: Hashable, flops: float) -> None:
-        ix = idx[level]
-        if ix.fits(size):
-            victims = ix.insert(key, size, flops)
-            if ix.used_bytes > peak[level]:
-                peak[level] = ix.used_bytes
-            if level < last:
-                for k, m in victims:
-                    place(level + 1, k, m.flops)
-
+    hit_blocks = [0] * len(tiers)
     hits = prompt = 0
     total_flops = saved = 0.0
-    first = idx[0]
-    lower = idx[1:]
-    contains = [ix.contains for ix in idx]
     for r in requests:
         blocks = r.hash_ids[: r.input_length // block_tokens]
-        for j, b in enumerate(blocks):
-            for level, has in enumerate(contains):  # noqa: B007 (used after the loop)
-                if has(b):
-                    break
-            else:
+        for j, b in enumerate(blocks):  # the prompt's leading blocks found in some tier
+            level = stack.level_of(b)
+            if level is None:
                 break
             hit_blocks[level] += 1
             hits += block_tokens
@@ -130,12 +112,7 @@ def replay_tiers(
         if request_flops is not None:
             total_flops += request_flops(r.input_length)
         for j, b in enumerate(blocks):
-            if first.touch(b):
-                continue
-            for ix in lower:
-                if ix.remove(b) is not None:
-                    break
-            place(0, b, bflops(j))
+            stack.store(b, bflops(j))
     return TieredReplay(
         block_tokens=block_tokens,
         block_bytes=size,
@@ -146,10 +123,47 @@ def replay_tiers(
         prefill_flops=total_flops,
         prefill_flops_saved=saved,
         tiers=[
-            TierResult(t.name, t.capacity_bytes, hit_blocks[i], hit_blocks[i] * size, idx[i].evictions, peak[i])
-            for i, t in enumerate(tiers)
+            TierResult(t.name, t.capacity_bytes, hit_blocks[i], hit_blocks[i] * size, ix.evictions, stack.peak[i])
+            for i, (t, ix) in enumerate(zip(tiers, stack.idx, strict=True))
         ],
     )
+
+
+class _TierStack:
+    """Tiers of block indexes, fastest first, with exclusive placement: a block enters the first tier and what that
+    evicts moves down one tier (what the last evicts is gone); a block found in a lower tier moves back up."""
+
+    def __init__(self, idx: list[BlockIndex], size: int) -> None:
+        self.idx, self.size = idx, size
+        self.peak = [0] * len(idx)
+        self._contains = [ix.contains for ix in idx]
+        self._last = len(idx) - 1
+
+    def level_of(self, key: Hashable) -> int | None:
+        """The tier that holds ``key``, or None."""
+        for level, has in enumerate(self._contains):
+            if has(key):
+                return level
+        return None
+
+    def store(self, key: Hashable, flops: float) -> None:
+        """``key`` used: refresh it in the first tier, or move it there (from a lower tier, or new)."""
+        if self.idx[0].touch(key):
+            return
+        for ix in self.idx[1:]:
+            if ix.remove(key) is not None:
+                break
+        self._place(0, key, flops)
+
+    def _place(self, level: int, key: Hashable, flops: float) -> None:
+        ix = self.idx[level]
+        if ix.fits(self.size):
+            victims = ix.insert(key, self.size, flops)
+            if ix.used_bytes > self.peak[level]:
+                self.peak[level] = ix.used_bytes
+            if level < self._last:
+                for k, m in victims:
+                    self._place(level + 1, k, m.flops)
 
 
 def _one_lru_tier(

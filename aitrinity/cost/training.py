@@ -600,17 +600,10 @@ def _cp_streams(
     ]
 
 
-def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
-    """The ledger of one training step: the columns of a batch of one plan."""
-    lay = layout(m, job, plan, system)
-    sync = grad_sync(m, plan)
-    L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
-    row = Rows.of(plan)
-    c = columns(m, job, plan, L, row, [sync])
-    t, p, mb = lay.tp, lay.pp, lay.num_microbatches
-    s, b = job.seq_len, lay.micro_batch
-    offload = bool(row.optimizer_offload[0])  # the optimizer's states live in host memory
-
+def _memory_items(plan: Plan, row: Rows, c: Columns, sync: GradSync) -> list[MemoryItem]:
+    """One plan's memory by category and tier (the optimizer's states in host memory with its offload, the offloaded
+    share of the activations there too, a compressor's error-feedback buffers)."""
+    offload = bool(row.optimizer_offload[0])
     memory = [
         MemoryItem(category="weights", bytes=float(c.weights[0])),
         MemoryItem(category="gradients", bytes=float(c.gradients[0])),
@@ -625,7 +618,19 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         memory.append(MemoryItem(category="activations", bytes=acts))
     if sync.error_feedback_bytes_per_param:
         memory.append(MemoryItem(category="buffers", bytes=float(c.buffers[0])))
+    return memory
 
+
+def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
+    """The ledger of one training step: the columns of a batch of one plan."""
+    lay = layout(m, job, plan, system)
+    sync = grad_sync(m, plan)
+    L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
+    row = Rows.of(plan)
+    c = columns(m, job, plan, L, row, [sync])
+    t, p, mb = lay.tp, lay.pp, lay.num_microbatches
+    s, b = job.seq_len, lay.micro_batch
+    memory = _memory_items(plan, row, c, sync)
     method = f", {sync.method}" if sync.method != "none" else ""
     traffic = [x.traffic(0, system, x.purpose + method if x.method else None) for x in c.streams]
 

@@ -310,6 +310,35 @@ def _replicas(system: System, rows: ServingRows) -> Ints:
     return out
 
 
+def _resources(ph: PhaseColumns, system: System, compute_dtype: str, n: int) -> Phase:
+    """:func:`aitrinity.cost.estimate.roofline_times` of the rows' phase, and the bytes they move on links."""
+    c_bytes, c_msgs = coll.channel_totals(ph.streams, system, n)
+    r = roofline_times(system, compute_dtype, ph.forward + ph.exchange, ph.gemm_rows, ph.hbm_bytes, c_bytes, c_msgs)
+    moved = np.zeros(n)
+    for ch in c_bytes:
+        moved = moved + c_bytes[ch]
+    return Phase(r.compute_s, r.memory_s, r.links_s, moved)
+
+
+def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx: ServingEffects) -> SteadyRequest:
+    """The steady states the rows that run (``runs``) need, keyed by (batch, weight dtype, KV dtype) for
+    :func:`answer_steady`."""
+    nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
+    keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
+    cps = np.unique(rows.cp) if rows.cp is not None else np.ones(1, dtype=np.int64)
+    assert len(cps) == 1, "one context-parallel degree per call"
+    return SteadyRequest(
+        fplan.weights_dtype,
+        fplan.cache_dtype,
+        fx.prefix_hit,
+        rows.tp[runs],
+        rows.ep[runs],
+        keys,
+        fx.speculation,
+        int(cps[0]),
+    )
+
+
 def price_rows_deferred(
     m: ModelSpec,
     job: ServingJob,
@@ -332,37 +361,14 @@ def price_rows_deferred(
     P, n_out = job.prompt_tokens, job.output_tokens
 
     def resources(ph: PhaseColumns) -> Phase:
-        """:func:`aitrinity.cost.estimate.roofline_times` of the rows' phase, and the bytes they move on links."""
-        c_bytes, c_msgs = coll.channel_totals(ph.streams, system, n)
-        r = roofline_times(
-            system, base.compute_dtype, ph.forward + ph.exchange, ph.gemm_rows, ph.hbm_bytes, c_bytes, c_msgs
-        )
-        moved = np.zeros(n)
-        for ch in c_bytes:
-            moved = moved + c_bytes[ch]
-        return Phase(r.compute_s, r.memory_s, r.links_s, moved)
+        return _resources(ph, system, base.compute_dtype, n)
 
     # the prefill of the batch (a static batch's TTFT) or of one request (the floor of a TTFT at fixed concurrency)
     pre_cols = arrays.prefill(B if job.mode == "static" else np.ones(n), P)
     phases = (resources(pre_cols), resources(arrays.decode(B, P + n_out // 2)))  # decode at the mean context
     fit = _fit(job, system, rows, arrays, fplan, fx)
     runs = fit.runs
-    request = None
-    if job.mode == "concurrency":
-        nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-        keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
-        cps = np.unique(rows.cp) if rows.cp is not None else np.ones(1, dtype=np.int64)
-        assert len(cps) == 1, "one context-parallel degree per call"
-        request = SteadyRequest(
-            fplan.weights_dtype,
-            fplan.cache_dtype,
-            fx.prefix_hit,
-            rows.tp[runs],
-            rows.ep[runs],
-            keys,
-            fx.speculation,
-            int(cps[0]),
-        )
+    request = _steady_request(rows, runs, fplan, fx) if job.mode == "concurrency" else None
 
     def finish(answer: SteadyAnswer | None) -> ServingPriced:
         """The rows' metrics and feasibility once their steady states (or the static batch's phases) are in."""
@@ -370,16 +376,12 @@ def price_rows_deferred(
             x = _concurrency_metrics(system, rows, job, phases, runs, answer)
         else:
             x = _static_metrics(m, system, rows, job, phases, pre_cols.operators)
-        checks = [
-            fit.over & ~fit.waits,
-            fit.waits,
-            fit.lower_over,
-            x.ttft > ttft_slo_s if ttft_slo_s is not None else np.zeros(n, dtype=bool),
-            x.tpot > tpot_slo_s if tpot_slo_s is not None else np.zeros(n, dtype=bool),
-            fit.no_gain,
-            fit.no_host,
-        ]
-        reason = first_failed(checks, n)
+        none = np.zeros(n, dtype=bool)
+        slo_ttft = x.ttft > ttft_slo_s if ttft_slo_s is not None else none
+        slo_tpot = x.tpot > tpot_slo_s if tpot_slo_s is not None else none
+        reason = first_failed(
+            [fit.over & ~fit.waits, fit.waits, fit.lower_over, slo_ttft, slo_tpot, fit.no_gain, fit.no_host], n
+        )
         return ServingPriced(
             feasible=reason == 0,
             reason=reason,
