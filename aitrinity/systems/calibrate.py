@@ -348,16 +348,12 @@ def calibrate(
         torch.set_num_threads(before)
 
 
-def _calibrate(
-    quick: bool, name: str | None, tdp_W: float, progress: Callable[[str], None] | None, threads: int | None
-) -> DeviceSpec:
-    s = QUICK if quick else FULL
-    say = progress or (lambda _msg: None)
-    measured: list[Measurement] = []
+Record = Callable[[str, float, str, str], None]
+"""Keeps one measurement: quantity, value, unit, method."""
 
-    def record(quantity: str, value: float, unit: str, method: str) -> None:
-        measured.append(Measurement(quantity=quantity, value=value, unit=unit, method=method, measured_at=_now()))
 
+def _matmuls(s: Settings, say: Callable[[str], None], record: Record) -> tuple[dict[str, float], float]:
+    """Each dtype's matmul curve over the row count: the peaks, and fp32's half-rate rows."""
     peaks: dict[str, float] = {}
     half_rows = 0.0
     for dtype in ("fp32", "fp64", "bf16"):
@@ -377,6 +373,54 @@ def _calibrate(
         peaks[dtype] = peak
         if dtype == "fp32":
             half_rows = half
+    return peaks, half_rows
+
+
+def _memory(s: Settings, record: Record) -> tuple[float, float, float]:
+    """Copy and triad bandwidth, and the rate a matmul streams fp32 weights at."""
+    mib = s.memory_bytes >> 20
+    copy, triad = memory_bandwidth(s.memory_bytes, s.repeats)
+    record("memory copy", copy, "B/s", f"numpy copyto of {mib} MiB, 2 bytes per byte")
+    record("memory triad", triad, "B/s", f"a = 3 c; a += b on {mib} MiB arrays")
+    stream = weight_streaming(s.memory_bytes, s.repeats, s.window_s)
+    lib = "torch F.linear" if _has_torch() else "numpy"
+    record("weight streaming", stream, "B/s", f"{lib}: (4 x 2048) @ W^T, W fp32 of {mib} MiB")
+    if _has_torch():
+        record(
+            "weight streaming bf16",
+            weight_streaming(s.memory_bytes, s.repeats, s.window_s, "bf16"),
+            "B/s",
+            f"torch F.linear: (4 x 2048) @ W^T, W bf16 of {mib} MiB (not in the profile's memory "
+            "efficiency, which is fp32's)",
+        )
+    return copy, triad, stream
+
+
+def _io(s: Settings, say: Callable[[str], None], record: Record) -> None:
+    """Disk, loopback TCP and the codecs (kept in the profile's measurements)."""
+    say("disk")
+    write, read = disk_throughput(s.disk_bytes, s.repeats)
+    record("disk sequential write", write, "B/s", f"{s.disk_bytes >> 20} MiB in 1 MiB writes + fsync, temp dir")
+    record("disk sequential read", read, "B/s", "after posix_fadvise(DONTNEED), 8 MiB reads")
+    say("loopback TCP")
+    tcp = loopback_tcp(s.tcp_bytes, s.repeats)
+    record("loopback TCP", tcp, "B/s", f"{s.tcp_bytes >> 20} MiB over 127.0.0.1 between two threads")
+    say("codecs")
+    for codec, rate in codecs(s.codec_bytes, s.repeats).items():
+        record(f"codec {codec}", rate, "B/s", f"{s.codec_bytes >> 20} MiB of fp32 normal values (input bytes)")
+
+
+def _calibrate(
+    quick: bool, name: str | None, tdp_W: float, progress: Callable[[str], None] | None, threads: int | None
+) -> DeviceSpec:
+    s = QUICK if quick else FULL
+    say = progress or (lambda _msg: None)
+    measured: list[Measurement] = []
+
+    def record(quantity: str, value: float, unit: str, method: str) -> None:
+        measured.append(Measurement(quantity=quantity, value=value, unit=unit, method=method, measured_at=_now()))
+
+    peaks, half_rows = _matmuls(s, say, record)
     say("operator overhead")
     overhead = operator_overhead(s.repeats)
     record(
@@ -386,38 +430,8 @@ def _calibrate(
         f"{'torch' if _has_torch() else 'numpy'} add of 1-element tensors, per call, best of 1000-call loops",
     )
     say("memory bandwidth")
-    copy, triad = memory_bandwidth(s.memory_bytes, s.repeats)
-    record("memory copy", copy, "B/s", f"numpy copyto of {s.memory_bytes >> 20} MiB, 2 bytes per byte")
-    record("memory triad", triad, "B/s", f"a = 3 c; a += b on {s.memory_bytes >> 20} MiB arrays")
-    stream = weight_streaming(s.memory_bytes, s.repeats, s.window_s)
-    record(
-        "weight streaming",
-        stream,
-        "B/s",
-        f"{'torch F.linear' if _has_torch() else 'numpy'}: (4 x 2048) @ W^T, W fp32 of {s.memory_bytes >> 20} MiB",
-    )
-    if _has_torch():
-        record(
-            "weight streaming bf16",
-            weight_streaming(s.memory_bytes, s.repeats, s.window_s, "bf16"),
-            "B/s",
-            f"torch F.linear: (4 x 2048) @ W^T, W bf16 of {s.memory_bytes >> 20} MiB (not in the profile's memory "
-            "efficiency, which is fp32's)",
-        )
-    say("disk")
-    write, read = disk_throughput(s.disk_bytes, s.repeats)
-    record("disk sequential write", write, "B/s", f"{s.disk_bytes >> 20} MiB in 1 MiB writes + fsync, temp dir")
-    record("disk sequential read", read, "B/s", "after posix_fadvise(DONTNEED), 8 MiB reads")
-    say("loopback TCP")
-    record(
-        "loopback TCP",
-        loopback_tcp(s.tcp_bytes, s.repeats),
-        "B/s",
-        f"{s.tcp_bytes >> 20} MiB over 127.0.0.1 between two threads",
-    )
-    say("codecs")
-    for codec, rate in codecs(s.codec_bytes, s.repeats).items():
-        record(f"codec {codec}", rate, "B/s", f"{s.codec_bytes >> 20} MiB of fp32 normal values (input bytes)")
+    copy, triad, stream = _memory(s, record)
+    _io(s, say, record)
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     host = name or f"calibrated-{platform.node().lower() or 'host'}".replace("_", "-")
     return DeviceSpec(

@@ -116,17 +116,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
         with server_process(weights) as (proc, port):
             if cfg.calibrate_link:
                 progress("calibrating the link with probes")
-                pacer = _rate(cfg)
-                dev = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(pacer) if pacer else None)
-                fit = calibrate_link(dev, [1024, 2048, 4096, 8192, 16384, 32768])
-                if dev.sock is not None:
-                    dev.sock.close()
-                link = {
-                    "bandwidth_Bps": fit.bandwidth_Bps,
-                    "latency_s": fit.base_rtt_s / 2,
-                    "burst_bytes": fit.burst_bytes,
-                    "probes": fit.samples,
-                }
+                link = _probe_link(cfg, table, nodes, port)
             predicted = calibrated_options(
                 table, device_s, server_s, link["bandwidth_Bps"], link["latency_s"], choices, link["burst_bytes"]
             )
@@ -135,18 +125,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
                 policies += [_policy(o) for o in predicted if o.allowed]
             shared = None if cfg.kill_server_at is not None else (proc, port)
             run_ctx = _Run(cfg, table, nodes, weights, choices, device_s, server_s, link, progress)
-            rounds = max(1, min(cfg.rounds, len(frames)))
-            parts: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
-            for r in range(rounds):  # interleaved, so a slow spell of the machine hits every policy alike
-                lo, hi = r * len(frames) // rounds, (r + 1) * len(frames) // rounds
-                for policy in policies:
-                    parts[policy].append(_run_one(run_ctx, policy, frames[lo:hi], labels[lo:hi], shared))
-            runs = []
-            for policy in policies:
-                run = _merge(parts[policy])
-                pred = next((o for o in predicted if _policy(o) == policy), None)
-                run["predicted_latency_s"] = pred.latency_s if pred else None
-                runs.append(run)
+            runs = _interleaved(run_ctx, policies, frames, labels, shared, predicted)
             log = _drain(proc)
     return {
         "config": asdict(cfg),
@@ -169,6 +148,41 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
         "runs": runs,
         "server_log": log[-50:],
     }
+
+
+def _probe_link(cfg: DemoConfig, table: Any, nodes: Any, port: int) -> dict[str, Any]:
+    """The link as probes of 1-32 KiB measure it (through the demo's pacer, if any)."""
+    pacer = _rate(cfg)
+    dev = SplitDevice(table, nodes, ("127.0.0.1", port), TokenBucket(pacer) if pacer else None)
+    fit = calibrate_link(dev, [1024, 2048, 4096, 8192, 16384, 32768])
+    if dev.sock is not None:
+        dev.sock.close()
+    return {
+        "bandwidth_Bps": fit.bandwidth_Bps,
+        "latency_s": fit.base_rtt_s / 2,
+        "burst_bytes": fit.burst_bytes,
+        "probes": fit.samples,
+    }
+
+
+def _interleaved(
+    ctx: _Run, policies: list[str], frames: list[Any], labels: list[Any], shared: Any, predicted: list[Any]
+) -> list[dict[str, Any]]:
+    """Every policy's run over the frames, in ``cfg.rounds`` interleaved parts (so a slow spell of the machine hits
+    every policy alike), merged, with the latency the cost model predicted for it."""
+    rounds = max(1, min(ctx.cfg.rounds, len(frames)))
+    parts: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    for r in range(rounds):
+        lo, hi = r * len(frames) // rounds, (r + 1) * len(frames) // rounds
+        for policy in policies:
+            parts[policy].append(_run_one(ctx, policy, frames[lo:hi], labels[lo:hi], shared))
+    runs = []
+    for policy in policies:
+        run = _merge(parts[policy])
+        pred = next((o for o in predicted if _policy(o) == policy), None)
+        run["predicted_latency_s"] = pred.latency_s if pred else None
+        runs.append(run)
+    return runs
 
 
 def _policy(o: Any) -> str:

@@ -283,6 +283,41 @@ class StreamResult:
     errors: list[str]
 
 
+def _choose(
+    device: SplitDevice, policy: str | AdaptiveSplit, i: int, period: int, decisions: list[str]
+) -> tuple[int, str, str]:
+    """Frame ``i``'s split, codec and lossless stage: the static policy's, or the adaptive one's (all local while the
+    link is down; a decision every ``period`` frames, logged in ``decisions`` when it switches)."""
+    if isinstance(policy, AdaptiveSplit):
+        if not device.connected() and policy.current.uplink_bytes:
+            policy.force_local()
+            decisions.append(f"frame {i}: link down -> all local")
+        elif i and i % period == 0:
+            before = policy.controller.current
+            policy.decide()
+            if policy.controller.current != before:
+                decisions.append(f"frame {i}: {before} -> {policy.controller.current}")
+        o = policy.current
+        return o.split, o.codec, o.lossless
+    if policy == "local":
+        return device.n, "local", "none"
+    k, _, codec = policy.partition(":")
+    return int(k), codec, "none"
+
+
+def _observe(device: SplitDevice, policy: AdaptiveSplit, r: FrameRecord, probe_bytes: int) -> None:
+    """What the frame's upload told the adaptive policy; with ``probe_bytes``, a frame that sent (nearly) nothing
+    leaves the link unmeasured, so probe it between frames."""
+    if r.upload_s is not None:
+        policy.observe_upload(r.uplink_bytes, r.upload_s)
+    if probe_bytes and r.uplink_bytes < probe_bytes and device.connected():
+        small = device.probe(0)
+        big = device.probe(probe_bytes)
+        if small and big:
+            policy.observe_base_rtt(small[0])
+            policy.observe_upload(big[1], big[0])
+
+
 def stream(
     device: SplitDevice,
     frames: Sequence[np.ndarray],
@@ -301,7 +336,6 @@ def stream(
     shows up as queueing); without, each frame arrives ``gap_s`` after the previous one finished (a camera
     that waits for each result: the link idles between frames, as it does at a frame rate, without queueing).
     """
-    n = device.n
     records: list[FrameRecord] = []
     decisions: list[str] = []
     t_start = time.perf_counter()
@@ -312,22 +346,7 @@ def stream(
         wait = arrival - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        if isinstance(policy, AdaptiveSplit):
-            if not device.connected() and policy.current.uplink_bytes:
-                policy.force_local()
-                decisions.append(f"frame {i}: link down -> all local")
-            elif i and i % period == 0:
-                before = policy.controller.current
-                policy.decide()
-                if policy.controller.current != before:
-                    decisions.append(f"frame {i}: {before} -> {policy.controller.current}")
-            o = policy.current
-            split, codec, ll = o.split, o.codec, o.lossless
-        elif policy == "local":
-            split, codec, ll = n, "local", "none"
-        else:
-            k, _, codec = policy.partition(":")
-            split, ll = int(k), "none"
+        split, codec, ll = _choose(device, policy, i, period, decisions)
         r = device.infer(i, frame, split, codec if codec != "raw" else "fp32", ll)
         queued = time.perf_counter() - arrival - r.latency_s if fps else 0.0
         r = FrameRecord(
@@ -344,15 +363,7 @@ def stream(
         if on_frame is not None:
             on_frame(i, r)
         if isinstance(policy, AdaptiveSplit):
-            if r.upload_s is not None:
-                policy.observe_upload(r.uplink_bytes, r.upload_s)
-            if r.uplink_bytes < probe_bytes and i % probe_every == 0 and device.connected():
-                # local or nearly so: the frames say little about the link, so measure it between frames
-                small = device.probe(0)
-                big = device.probe(probe_bytes)
-                if small and big:
-                    policy.observe_base_rtt(small[0])
-                    policy.observe_upload(big[1], big[0])
+            _observe(device, policy, r, probe_bytes if i % probe_every == 0 else 0)
     lat = sorted(r.latency_s for r in records)
     return StreamResult(
         policy=policy if isinstance(policy, str) else "adaptive",
