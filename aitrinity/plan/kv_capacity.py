@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from aitrinity.cost.kv_reuse import breakeven_bandwidth, prefill_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
-from aitrinity.cost.prefix_reuse import ReplayTier, replay_tiers
+from aitrinity.cost.prefix_reuse import ReplayTier, TierResult, replay_tiers
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import DeviceSpec, MemoryTierSpec
 from aitrinity.spec.model import ModelSpec
@@ -81,6 +81,23 @@ def block_bytes(m: ModelSpec, kv_dtype: str, block_tokens: int) -> int:
     return math.ceil(kv_bytes_per_token(m, kv_dtype) * block_tokens)
 
 
+def _tier_use(t: TierInput, tr: TierResult, bb: int, block_tokens: int, duration: float, be: float | None) -> TierUse:
+    """One tier's part of the replay, with its break-even bandwidth ``be`` (None: loading never pays, or no spec)."""
+    return TierUse(
+        name=t.name,
+        capacity_bytes=t.capacity_bytes,
+        capacity_tokens=None if t.capacity_bytes is None else t.capacity_bytes // bb * block_tokens,
+        hit_blocks=tr.hit_blocks,
+        bytes_served=tr.bytes_served,
+        read_Bps=tr.bytes_served / duration if duration > 0 else None,
+        peak_bytes=tr.peak_bytes,
+        evictions=tr.evictions,
+        tier_bandwidth_Bps=t.spec.bandwidth_Bps if t.spec else None,
+        breakeven_bandwidth_Bps=be,
+        worth_loading=None if t.spec is None else (be is not None and t.spec.bandwidth_Bps > be),
+    )
+
+
 def kv_replay(
     requests: Sequence[TraceRequest],
     m: ModelSpec,
@@ -116,21 +133,7 @@ def kv_replay(
             lat = t.spec.latency_s * mean_hit / block_tokens
             b = breakeven_bandwidth(m, mean_hit, flops_per_s=flops_per_s, kv_dtype=kv_dtype, latency_s=lat)
             be = None if math.isinf(b) else b
-        uses.append(
-            TierUse(
-                name=t.name,
-                capacity_bytes=t.capacity_bytes,
-                capacity_tokens=None if t.capacity_bytes is None else t.capacity_bytes // bb * block_tokens,
-                hit_blocks=tr.hit_blocks,
-                bytes_served=tr.bytes_served,
-                read_Bps=tr.bytes_served / duration if duration > 0 else None,
-                peak_bytes=tr.peak_bytes,
-                evictions=tr.evictions,
-                tier_bandwidth_Bps=t.spec.bandwidth_Bps if t.spec else None,
-                breakeven_bandwidth_Bps=be,
-                worth_loading=None if t.spec is None else (be is not None and t.spec.bandwidth_Bps > be),
-            )
-        )
+        uses.append(_tier_use(t, tr, bb, block_tokens, duration, be))
     caps = [t.capacity_bytes for t in tiers]
     cap_bytes = None if any(c is None for c in caps) else sum(c for c in caps if c is not None)
     return KVReplayReport(

@@ -70,20 +70,37 @@ def _service(o: SplitOption, bw: float) -> float:
     return o.latency_at(bw)
 
 
-def simulate_edge(
-    options: Sequence[SplitOption], link: LinkTrace, policy: str, stream: EdgeStream = EdgeStream(), *, seed: int = 0
-) -> EdgeSimResult:
+def _allowed(options: Sequence[SplitOption], policy: str, stream: EdgeStream) -> dict[str, SplitOption]:
+    """The allowed options by label, after checking the policy names one of them (or adaptive / oracle)."""
     allowed = {o.label: o for o in options if o.allowed}
     if not allowed:
         raise SpecError("options", len(options), "at least one allowed split option")
     if stream.fps <= 0 or stream.duration_s <= 0:
         raise ValueError("fps and duration must be positive")
     if policy.startswith("static:"):
-        fixed = policy.split(":", 1)[1]
-        if fixed not in allowed:
+        if policy.split(":", 1)[1] not in allowed:
             raise SpecError("--policy", policy, f"static:<one of {', '.join(allowed)}>")
     elif policy not in ("adaptive", "oracle"):
         raise SpecError("--policy", policy, "static:<choice>, adaptive or oracle")
+    return allowed
+
+
+def _window_mean(o: SplitOption, link: LinkTrace, fps: float, frames: range, free: float) -> float:
+    """The oracle's score of an option: the mean latency of the window's ``frames`` under it, with the true
+    bandwidth and the queue the window inherits (the device free from ``free``)."""
+    total = 0.0
+    for j in frames:
+        arrival = j / fps
+        start = max(arrival, free)
+        free = start + _service(o, link.at(start))
+        total += free - arrival
+    return total / len(frames)
+
+
+def simulate_edge(
+    options: Sequence[SplitOption], link: LinkTrace, policy: str, stream: EdgeStream = EdgeStream(), *, seed: int = 0
+) -> EdgeSimResult:
+    allowed = _allowed(options, policy, stream)
     n = int(stream.duration_s * stream.fps)
     window = stream.oracle_window_s
     sim = Simulator(seed)
@@ -93,21 +110,7 @@ def simulate_edge(
     lat: list[float] = []
     energy: list[float] = []
     counts: dict[str, int] = {}
-    state = _State(fixed if policy.startswith("static:") else first, seen=link.at(0.0))
-
-    def oracle(i0: int) -> str:
-        frames = range(i0, min(n, i0 + max(1, round(window * stream.fps))))
-
-        def window_mean(label: str) -> float:
-            o, free, total = allowed[label], state.free, 0.0
-            for j in frames:
-                arrival = j / stream.fps
-                start = max(arrival, free)
-                free = start + _service(o, link.at(start))
-                total += free - arrival
-            return total / len(frames)
-
-        return min(labels, key=window_mean)
+    state = _State(policy.split(":", 1)[1] if policy.startswith("static:") else first, seen=link.at(0.0))
 
     def frame(i: int) -> list[Event]:
         arrival = i / stream.fps
@@ -118,7 +121,8 @@ def simulate_edge(
             state.switches += d.switched
             state.choice = d.choice
         elif policy == "oracle" and i % max(1, round(window * stream.fps)) == 0:
-            best = oracle(i)
+            frames = range(i, min(n, i + max(1, round(window * stream.fps))))
+            best = min(labels, key=lambda label: _window_mean(allowed[label], link, stream.fps, frames, state.free))
             state.switches += i > 0 and best != state.choice
             state.choice = best
         o = allowed[state.choice]

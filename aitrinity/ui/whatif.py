@@ -180,41 +180,33 @@ def overrides(form: Form, kind: str) -> list[str]:
     return out
 
 
-def answer(form: Form) -> Answer:
-    start = time.perf_counter()
-    check(form)
-    kind = kind_of(form.scenario)
-    sets = overrides(form, kind)
+def _edge_answer(form: Form, sets: list[str], start: float) -> Answer:
     sid = "whatif"
-    if kind == "edge":
-        d, inp = rb.edge_inputs(form.scenario, sets)
-        rep = api.plan(form.scenario, None, 1, sets)
-        assert isinstance(rep, EdgePlanReport)
-        return Answer(
-            scenario=d.scenario,
-            kind="edge",
-            overrides=sets,
-            verdict=d.sentence,
-            binding=d.binding,
-            metrics=[
-                ("latency per frame", format_time(d.chosen.latency_s)),
-                ("device energy per frame", f"{d.chosen.device_energy_J:.3g} J"),
-                ("uplink", d.uplink),
-            ],
-            best=rep.best.label,
-            best_metrics=[("latency", format_time(rep.best.latency_s))],
-            chain=[f"{s.choice}: {s.low_Bps * 8e-6:.3g}-{s.high_Bps * 8e-6:.3g} Mbit/s" for s in rep.latency_envelope],
-            charts={f.kind: f.svg for f in rb.edge_figures(sid, d, inp)},
-            elapsed_ms=(time.perf_counter() - start) * 1e3,
-        )
-    diag = api.diagnose(form.scenario, sets)
-    plan = api.plan(form.scenario, None, 1, sets, pareto=False)
-    assert isinstance(diag, Diagnosis) and isinstance(plan, PlanReport)
-    r = api.resolve(form.scenario, overrides=sets)
-    charts = {"utilization": rb.utilization_figure(sid, diag).svg, "roofline": rb.roofline_figure(sid, diag, r).svg}
-    if plan.chain is not None:
-        charts["chain"] = rb.chain_figure(sid, plan.chain).svg
-    best = plan.search.best
+    d, inp = rb.edge_inputs(form.scenario, sets)
+    rep = api.plan(form.scenario, None, 1, sets)
+    assert isinstance(rep, EdgePlanReport)
+    return Answer(
+        scenario=d.scenario,
+        kind="edge",
+        overrides=sets,
+        verdict=d.sentence,
+        binding=d.binding,
+        metrics=[
+            ("latency per frame", format_time(d.chosen.latency_s)),
+            ("device energy per frame", f"{d.chosen.device_energy_J:.3g} J"),
+            ("uplink", d.uplink),
+        ],
+        best=rep.best.label,
+        best_metrics=[("latency", format_time(rep.best.latency_s))],
+        chain=[f"{s.choice}: {s.low_Bps * 8e-6:.3g}-{s.high_Bps * 8e-6:.3g} Mbit/s" for s in rep.latency_envelope],
+        charts={f.kind: f.svg for f in rb.edge_figures(sid, d, inp)},
+        elapsed_ms=(time.perf_counter() - start) * 1e3,
+    )
+
+
+def _metrics(diag: Diagnosis) -> list[tuple[str, str]]:
+    """The diagnosis's headline figures: a training step's time, rate and MFU, or serving's TTFT, TPOT and rate; and
+    the memory verdict."""
     est = diag.estimate
     metrics: list[tuple[str, str]] = []
     if est.training is not None:
@@ -232,6 +224,25 @@ def answer(form: Form) -> Answer:
             ("output tokens/s", f"{v.output_tokens_per_s:,.0f}"),
         ]
     metrics.append(("memory", diag.capacity.sentence))
+    return metrics
+
+
+def answer(form: Form) -> Answer:
+    start = time.perf_counter()
+    check(form)
+    kind = kind_of(form.scenario)
+    sets = overrides(form, kind)
+    sid = "whatif"
+    if kind == "edge":
+        return _edge_answer(form, sets, start)
+    diag = api.diagnose(form.scenario, sets)
+    plan = api.plan(form.scenario, None, 1, sets, pareto=False)
+    assert isinstance(diag, Diagnosis) and isinstance(plan, PlanReport)
+    r = api.resolve(form.scenario, overrides=sets)
+    charts = {"utilization": rb.utilization_figure(sid, diag).svg, "roofline": rb.roofline_figure(sid, diag, r).svg}
+    if plan.chain is not None:
+        charts["chain"] = rb.chain_figure(sid, plan.chain).svg
+    best = plan.search.best
     best_metrics: list[tuple[str, str]] = []
     if best is not None:
         if isinstance(best, ServingChoice):
@@ -244,7 +255,7 @@ def answer(form: Form) -> Answer:
         overrides=sets,
         verdict=diag.verdict,
         binding=diag.binding_label,
-        metrics=metrics,
+        metrics=_metrics(diag),
         best=best.label if best is not None else None,
         best_metrics=best_metrics,
         chain=[s.sentence for s in plan.chain.steps] if plan.chain else [],
