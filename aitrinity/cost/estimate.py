@@ -552,6 +552,22 @@ def price_serving_ledger(
     return estimate_concurrency(ledger, m, plan, job, system, kernels or roofline(system.device), list(notes))
 
 
+PREEMPTION_NOTE = (
+    "more clients than KV slots on an engine that preempts, with outputs as long as the prompts or longer: the "
+    "whole wait for a slot is priced before the first token, where the engine's recompute preemption moves part of "
+    "it after the first token (TTFT likely too high, TPOT too low; docs/silicon.md); `trinity simulate serving "
+    "--concurrency` replays the preemption"
+)
+
+
+def preempts(engine: str) -> bool:
+    """The engine admits a request when its prompt fits and preempts the newest when a decode finds no room (vLLM,
+    SGLang), rather than reserving each request's output at admission (TensorRT-LLM)."""
+    from aitrinity.cost.kv_pool import kv_pool
+
+    return not kv_pool(engine).reserve_output
+
+
 def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: str, notes: list[str]) -> Estimate:
     """The Estimate of serving at a fixed concurrency: the ledger's roofline resources per phase, the phase
     times of the operator model's steady state (``ss``, one replica; :mod:`aitrinity.cost.concurrency`),
@@ -571,6 +587,8 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     pre_parts["wave"] = ("wait behind prompts arriving together", float(ss.wave_wait_s))
     slot_wait = float(ss.slot_wait_s)
     pre_parts["slot"] = ("wait for a KV slot (more clients than the KV cache holds)", slot_wait)
+    if slot_wait > 0 and preempts(system.engine) and f.output_tokens >= f.prompt_tokens:
+        notes = [*notes, PREEMPTION_NOTE]
     dec_parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ss.decode_step.by_class().items()}
     dec_parts["interference"] = ("other requests' prefill in the same steps", float(ss.interference_s))
     queue = ResourceTime(

@@ -109,3 +109,35 @@ def test_moe_routing_skew_slows_wide_expert_parallel_serving_and_leaves_dense_mo
     balanced, skewed = tpot("deepseek-v3", "balanced", ep=8), tpot("deepseek-v3", "power_law_1.2", ep=8)
     assert skewed > balanced
     assert tpot("llama-3.1-8b", "balanced") == tpot("llama-3.1-8b", "power_law_1.2")
+
+
+def _kv_bound(engine: str, prompt_tokens: int, output_tokens: int, clients: int = 64):
+    """Llama-3.1-70B fp8 on two H100s at 64 clients: the layout of the development run past its KV slots."""
+    return validate(
+        Scenario,
+        {
+            "name": "kv-bound",
+            "system": {"device": "h100-sxm", "num_devices": 2, "engine": engine},
+            "workload": {
+                "model": "llama-3.1-70b",
+                "serving": {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "batch": clients},
+            },
+            "plan": {"tp": 2, "weight_dtype": "fp8"},
+        },
+    )
+
+
+def test_a_preempting_engine_past_its_kv_slots_with_long_outputs_says_the_wait_is_misplaced():
+    """docs/silicon.md, "More clients than KV slots on an engine that preempts": the analytic wait sits before the
+    first token; vLLM's recompute preemption moves part of it after, where outputs are as long as prompts or longer.
+    The note names it; prompt-heavy runs (where the two models agree) and TensorRT-LLM (no preemption) do not."""
+    from aitrinity.cost.estimate import PREEMPTION_NOTE
+
+    est = api.estimate(api.resolve(_kv_bound("vllm", 1024, 8192)))
+    assert est.serving.ttft_s > 10.0  # clients wait for KV slots
+    assert PREEMPTION_NOTE in est.notes
+    assert PREEMPTION_NOTE not in api.estimate(api.resolve(_kv_bound("vllm", 8192, 1024))).notes
+    trt = api.estimate(api.resolve(_kv_bound("trtllm", 1024, 8192)))
+    assert trt.serving.ttft_s > 10.0 and PREEMPTION_NOTE not in trt.notes
+    fits = api.estimate(api.resolve(_kv_bound("vllm", 1024, 8192, clients=8)))
+    assert fits.phase("prefill").time_s < 1.0 and PREEMPTION_NOTE not in fits.notes
