@@ -32,6 +32,7 @@ from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.plan import registry
 from aitrinity.plan.exchanges import ExchangeInfo
+from aitrinity.plan.registry import Quality
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, Scenario, System
 from aitrinity.units import format_bandwidth, format_bytes
@@ -181,13 +182,20 @@ def report(
     sentence = _verdict(inf, resource, threshold, nominal, now)
     if inf.swept == "dp_link" and inf.rule == "faster":  # a statistical cost is the price of fewer bytes
         sentence += _steps_budget(t_without, t_with / own_factor, own_factor)
-    if quality.accuracy_drop:
-        sentence += f"; it costs about {quality.accuracy_drop:.1%} of the model's accuracy ({quality.source})"
-    if relieved > 0:
-        sentence += f"; it frees {format_bytes(relieved)} of device memory"
-        if not without_est.memory.fits and with_est.memory.fits:
-            sentence += " (the plan fits only with it)"
+    sentence += _costs(quality, relieved, only_fits=not without_est.memory.fits and with_est.memory.fits)
     return result(resource, threshold, nominal, now, sentence + ".")
+
+
+def _costs(quality: Quality, relieved: float, only_fits: bool) -> str:
+    """The verdict's tail: the accuracy the exchange costs, the device memory it frees."""
+    out = ""
+    if quality.accuracy_drop:
+        out += f"; it costs about {quality.accuracy_drop:.1%} of the model's accuracy ({quality.source})"
+    if relieved > 0:
+        out += f"; it frees {format_bytes(relieved)} of device memory"
+        if only_fits:
+            out += " (the plan fits only with it)"
+    return out
 
 
 def _pricer(
