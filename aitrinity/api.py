@@ -6,7 +6,7 @@ functions of :mod:`aitrinity.cost`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -263,6 +263,20 @@ def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | Non
     return PlanReport(scenario=r.scenario.name, kind="training", search=result, chain=chain, min_devices=need)
 
 
+def _trace_hit_rate(r: Resolved, trace_base: Path | None) -> Callable[[int, int], float] | None:
+    """With a trace-based prefix cache, its hit rate at a capacity (the search tries several sizes, replaying the
+    trace for each, memoized); None without one. ``trace_base``: the folder a relative trace path is in."""
+    traced = [x for x in r.scenario.plan.exchanges if getattr(x, "trace", None)]
+    if not traced:
+        return None
+    from functools import partial
+
+    trace = Path(getattr(traced[0], "trace", ""))
+    if trace_base is not None and not trace.is_absolute():
+        trace = trace_base / trace
+    return partial(replayed_hit_rate, trace)
+
+
 def _plan_serving(
     r: Resolved,
     objective: str | None,
@@ -290,15 +304,7 @@ def _plan_serving(
         raise SpecError("--objective", objective, f"one of {', '.join(SERVING_OBJECTIVES)} for serving")
     ttft = units.parse_time(ttft_slo) if ttft_slo else None
     tpot = units.parse_time(tpot_slo) if tpot_slo else None
-    hit_rate = None
-    traced = [x for x in r.scenario.plan.exchanges if getattr(x, "trace", None)]
-    if traced:  # the search tries several cache sizes, replaying the trace for each (memoized)
-        from functools import partial
-
-        trace = Path(getattr(traced[0], "trace", ""))
-        if trace_base is not None and not trace.is_absolute():
-            trace = trace_base / trace
-        hit_rate = partial(replayed_hit_rate, trace)
+    hit_rate = _trace_hit_rate(r, trace_base)
     kernels = _kernels(r).kernels
     plan = r.scenario.plan.model_copy(update={"disaggregation": None})
     own = own.model_copy(update={"disaggregation": None}) if own is not None else None
@@ -311,17 +317,7 @@ def _plan_serving(
         if w.mode != "concurrency":
             raise SpecError("--disaggregated", w.mode, "workload.serving.mode: concurrency (pools serve clients)")
 
-        split_result = search_splits(
-            r.model,
-            w,
-            r.scenario.plan,
-            r.system,
-            objective,
-            top,
-            ttft,
-            tpot,
-            kernels,
-        )
+        split_result = search_splits(r.model, w, r.scenario.plan, r.system, objective, top, ttft, tpot, kernels)
     need = None
     if sres.best is None:
         from aitrinity.cost import capacity
