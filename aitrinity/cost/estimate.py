@@ -522,6 +522,8 @@ def estimate_concurrency(
         kv_slots=running if 0 < running < c else None,  # (none fits: the memory check says so)
     )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
+    if float(ss.slot_wait_s) > 0 and preempts(system.engine) and job.output_tokens >= job.prompt_tokens:
+        notes.append(preemption_note(m.name, system.device.name, system.engine, qplan, c, job))
     return price_concurrency(ledger, system, ss, kernels.source, notes)
 
 
@@ -555,9 +557,21 @@ def price_serving_ledger(
 PREEMPTION_NOTE = (
     "more clients than KV slots on an engine that preempts, with outputs as long as the prompts or longer: the "
     "whole wait for a slot is priced before the first token, where the engine's recompute preemption moves part of "
-    "it after the first token (TTFT likely too high, TPOT too low; docs/silicon.md); `trinity simulate serving "
-    "--concurrency` replays the preemption"
+    "it after the first token (TTFT likely too high, TPOT too low; docs/silicon.md); the simulator replays the "
+    "preemption"
 )
+"""The start of the note :func:`preemption_note` writes."""
+
+
+def preemption_note(model: str, device: str, engine: str, plan: Plan, clients: int, job: ServingJob) -> str:
+    """:data:`PREEMPTION_NOTE` with the ``trinity simulate serving`` command that replays one replica of the
+    scenario (its model, device, TP / CP, weights dtype and engine; its other exchanges are not replayed)."""
+    dtype = f" --dtype {plan.weights_dtype}" if plan.weights_dtype in ("bf16", "fp8", "fp4") else ""
+    cp = f" --cp {plan.cp}" if plan.cp > 1 else ""
+    return (
+        f"{PREEMPTION_NOTE}: trinity simulate serving --model {model} --device {device} --tp {plan.tp}{cp}{dtype} "
+        f"--engine {engine} --concurrency {clients} --isl {job.prompt_tokens} --osl {job.output_tokens}"
+    )
 
 
 def preempts(engine: str) -> bool:
@@ -587,8 +601,6 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     pre_parts["wave"] = ("wait behind prompts arriving together", float(ss.wave_wait_s))
     slot_wait = float(ss.slot_wait_s)
     pre_parts["slot"] = ("wait for a KV slot (more clients than the KV cache holds)", slot_wait)
-    if slot_wait > 0 and preempts(system.engine) and f.output_tokens >= f.prompt_tokens:
-        notes = [*notes, PREEMPTION_NOTE]
     dec_parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ss.decode_step.by_class().items()}
     dec_parts["interference"] = ("other requests' prefill in the same steps", float(ss.interference_s))
     queue = ResourceTime(

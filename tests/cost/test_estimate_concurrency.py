@@ -130,14 +130,23 @@ def _kv_bound(engine: str, prompt_tokens: int, output_tokens: int, clients: int 
 def test_a_preempting_engine_past_its_kv_slots_with_long_outputs_says_the_wait_is_misplaced():
     """docs/silicon.md, "More clients than KV slots on an engine that preempts": the analytic wait sits before the
     first token; vLLM's recompute preemption moves part of it after, where outputs are as long as prompts or longer.
-    The note names it; prompt-heavy runs (where the two models agree) and TensorRT-LLM (no preemption) do not."""
+    The note names it and the simulator command that replays the scenario's replica; prompt-heavy runs (where the
+    two models agree), TensorRT-LLM (no preemption) and a run within its slots get no note."""
+    from aitrinity.cli.main import _parser
     from aitrinity.cost.estimate import PREEMPTION_NOTE
+
+    def flagged(est):
+        return [n for n in est.notes if n.startswith(PREEMPTION_NOTE)]
 
     est = api.estimate(api.resolve(_kv_bound("vllm", 1024, 8192)))
     assert est.serving.ttft_s > 10.0  # clients wait for KV slots
-    assert PREEMPTION_NOTE in est.notes
-    assert PREEMPTION_NOTE not in api.estimate(api.resolve(_kv_bound("vllm", 8192, 1024))).notes
+    (note,) = flagged(est)
+    command = note.split(": trinity ", 1)[1].split()
+    args = _parser().parse_args(command)
+    assert (args.model, args.device, args.engine, args.dtype) == ("llama-3.1-70b", "h100-sxm", "vllm", "fp8")
+    assert (args.tp, args.concurrency, args.isl, args.osl) == (2, 64, 1024, 8192)
+    assert not flagged(api.estimate(api.resolve(_kv_bound("vllm", 8192, 1024))))
     trt = api.estimate(api.resolve(_kv_bound("trtllm", 1024, 8192)))
-    assert trt.serving.ttft_s > 10.0 and PREEMPTION_NOTE not in trt.notes
+    assert trt.serving.ttft_s > 10.0 and not flagged(trt)
     fits = api.estimate(api.resolve(_kv_bound("vllm", 1024, 8192, clients=8)))
-    assert fits.phase("prefill").time_s < 1.0 and PREEMPTION_NOTE not in fits.notes
+    assert fits.phase("prefill").time_s < 1.0 and not flagged(fits)
