@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from aitrinity import catalog, silicon
-from aitrinity.cost.concurrency import profile, steady_state
-from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool, kv_slots
-from aitrinity.sim.serving import ClosedLoop, OperatorStep, for_device, scheduling, simulate_closed_loop
+from aitrinity.cost.concurrency import steady_state
+from aitrinity.cost.kv_pool import kv_pool, kv_slots
+from aitrinity.sim.serving import replay_benchmark
 from aitrinity.validate_serving import read_rows, row_layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,31 +43,15 @@ def run(rounds: int) -> list[dict[str, Any]]:
     )
     dev, m = catalog.device(template.device), catalog.model(MODEL)
     k = silicon.kernels(dev, ENGINE, template.version).kernels
-    pool, prof, sched = kv_pool(ENGINE), profile(ENGINE), scheduling(ENGINE)
+    pool = kv_pool(ENGINE)
     out = []
     for isl, osl in GRID:
         lay = row_layout(dataclasses.replace(template, isl=isl, osl=osl))
-        room = kv_capacity_tokens(m, lay, dev.memory_capacity_bytes, pool)
         slots = float(kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, pool))
         for load in LOADS:
             c = round(slots * load)
             ss = steady_state(m, k, lay, c, isl, osl, kv_slots=slots)
-            cfg = for_device(
-                dev,
-                1,
-                memory_capacity_bytes=dev.memory_capacity_bytes * TP,
-                weights_dtype=DTYPE,
-                kv_dtype=lay.kv_dtype,
-                kv_capacity_tokens=room,
-                reserve_output=pool.reserve_output,
-                token_budget=sched.token_budget,
-                mixed_batches=sched.mixed_batches,
-                first_token_lag=sched.first_token_lag,
-                max_batch=c,
-                step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
-            )
-            loop = ClosedLoop(c, isl, osl, c * rounds, prof.request_overhead_s, sched.output_spread)
-            sim = simulate_closed_loop(m, cfg, loop)
+            sim = replay_benchmark(m, k, lay, dev, c, isl, osl, rounds)
             out.append(
                 {
                     "isl": isl,
@@ -78,7 +62,7 @@ def run(rounds: int) -> list[dict[str, Any]]:
                     "ttft_analytic_s": float(ss.ttft_s),
                     "tpot_sim_s": sim.tpot_s.mean,
                     "tpot_analytic_s": float(ss.tpot_s),
-                    "preemptions_per_request": sim.preemptions / loop.requests,
+                    "preemptions_per_request": sim.preemptions / (c * rounds),
                     "throughput_sim_over_analytic": sim.output_tokens_per_s / float(ss.output_tokens_per_s),
                 }
             )

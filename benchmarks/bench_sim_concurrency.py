@@ -31,16 +31,13 @@ from typing import Any
 import numpy as np
 
 from aitrinity import catalog, silicon
-from aitrinity.cost.concurrency import profile, steady_state
+from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.kernels import Kernels
-from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool, kv_slots
+from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.sim.serving import (
-    ClosedLoop,
     EngineScheduling,
-    OperatorStep,
-    for_device,
+    replay_benchmark,
     scheduling,
-    simulate_closed_loop,
 )
 from aitrinity.validate_serving import read_rows, row_layout
 
@@ -59,33 +56,11 @@ def price(
         key = (r.device, r.engine, r.version)
         if key not in kernels:
             kernels[key] = silicon.kernels(dev, r.engine, r.version).kernels
-        m, k, prof, s, pool = (
-            catalog.model(r.model),
-            kernels[key],
-            profile(r.engine),
-            sched[r.engine],
-            kv_pool(r.engine),
-        )
+        m, k, pool = catalog.model(r.model), kernels[key], kv_pool(r.engine)
         lay = row_layout(r)
-        room = kv_capacity_tokens(m, lay, dev.memory_capacity_bytes, pool)
         slots = kv_slots(m, lay, dev.memory_capacity_bytes, r.isl, r.osl, pool)
         ss = steady_state(m, k, lay, r.c, r.isl, r.osl, kv_slots=slots)
-        cfg = for_device(
-            dev,
-            1,
-            memory_capacity_bytes=dev.memory_capacity_bytes * r.tp,
-            weights_dtype=r.dtype,
-            kv_dtype=lay.kv_dtype,
-            kv_capacity_tokens=room,
-            reserve_output=pool.reserve_output,
-            token_budget=s.token_budget,
-            mixed_batches=s.mixed_batches,
-            first_token_lag=s.first_token_lag,
-            max_batch=max(r.c, 1),
-            step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
-        )
-        loop = ClosedLoop(r.c, r.isl, r.osl, r.c * rounds, prof.request_overhead_s, s.output_spread)
-        sim = simulate_closed_loop(m, cfg, loop)
+        sim = replay_benchmark(m, k, lay, dev, r.c, r.isl, r.osl, rounds, sched[r.engine])
         figures = (
             sim.ttft_s.mean,
             float(ss.ttft_s),

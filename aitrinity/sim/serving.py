@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from aitrinity.cost.block_index import BlockIndex
-from aitrinity.cost.concurrency import ENGINE_PROFILES
+from aitrinity.cost.concurrency import ENGINE_PROFILES, profile
 from aitrinity.cost.flops import causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
@@ -840,3 +840,40 @@ def simulate_closed_loop(
     if loop.clients < 1 or loop.requests < 1:
         raise ValueError("clients and requests must be positive")
     return simulate_serving((), m, cfg, seed=seed, progress=progress, closed=loop)
+
+
+def replay_benchmark(
+    m: ModelSpec,
+    k: Kernels,
+    lay: Layout,
+    d: DeviceSpec,
+    clients: int,
+    isl: int,
+    osl: int,
+    rounds: int = 10,
+    sched: EngineScheduling | None = None,
+) -> ServingSimResult:
+    """A fixed-concurrency benchmark run on one replica of ``lay`` on ``d`` as its engine (``lay.engine``) runs it:
+    ``clients`` clients, ``rounds`` requests each of ``isl`` / ``osl`` tokens; the engine's KV pool
+    (:mod:`aitrinity.cost.kv_pool`), scheduling (:func:`scheduling`) and host times (its
+    :class:`~aitrinity.cost.concurrency.EngineProfile`), iterations timed by the operator model on ``k``. ``sched``
+    replaces the engine's scheduling (``benchmarks/bench_sim_concurrency.py --fit`` tries output spreads)."""
+    from aitrinity.cost.kv_pool import kv_capacity_tokens, kv_pool
+
+    pool, prof, sched = kv_pool(lay.engine), profile(lay.engine), sched or scheduling(lay.engine)
+    cfg = for_device(
+        d,
+        1,
+        memory_capacity_bytes=d.memory_capacity_bytes * lay.tp,
+        weights_dtype=lay.weight_dtype,
+        kv_dtype=lay.kv_dtype,
+        kv_capacity_tokens=kv_capacity_tokens(m, lay, d.memory_capacity_bytes, pool),
+        reserve_output=pool.reserve_output,
+        token_budget=sched.token_budget,
+        mixed_batches=sched.mixed_batches,
+        first_token_lag=sched.first_token_lag,
+        max_batch=max(clients, 1),
+        step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
+    )
+    loop = ClosedLoop(clients, isl, osl, clients * rounds, prof.request_overhead_s, sched.output_spread)
+    return simulate_closed_loop(m, cfg, loop)

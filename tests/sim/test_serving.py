@@ -414,3 +414,23 @@ def test_a_lone_client_pays_its_own_step_and_the_lag_not_the_fitted_steps():
     assert float(ss.ttft_s) == pytest.approx(own + prof.first_token_lag * dec)
     assert sim.ttft_s.mean == pytest.approx(float(ss.ttft_s), rel=0.02)  # the lag step's context is the prompt's
     assert sim.ttft_s.mean < 1.5 * own < prof.prefill_steps * own
+
+
+def test_a_replayed_benchmark_past_the_kv_slots_preempts_on_vllm_and_never_on_tensorrt_llm():
+    """replay_benchmark builds the engine's own instance: vLLM holds a prompt and the tokens computed (the newest is
+    preempted when a decode finds no room), TensorRT-LLM reserves each request's output at admission
+    (GUARANTEED_NO_EVICT) -- past the KV slots the one preempts, the other makes clients wait, and both finish."""
+    from aitrinity.cost.kernels import roofline
+    from aitrinity.cost.kv_pool import kv_pool, kv_slots
+    from aitrinity.cost.operators import Layout
+    from aitrinity.sim.serving import replay_benchmark
+
+    m, d = catalog.model("llama-3.1-70b"), catalog.device("h100-sxm")
+    k = roofline(d)
+    for engine in ("vllm", "trtllm"):
+        lay = Layout(tp=2, weight_dtype="fp8", engine=engine)
+        slots = int(kv_slots(m, lay, d.memory_capacity_bytes, 1024, 1024, kv_pool(engine)))
+        clients = slots * 3 // 2
+        r = replay_benchmark(m, k, lay, d, clients, 1024, 1024, rounds=2)
+        assert r.finished == 2 * clients and not r.rejected
+        assert (r.preemptions > 0) == (engine == "vllm"), (engine, r.preemptions)
