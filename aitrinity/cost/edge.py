@@ -261,10 +261,25 @@ class _Cut:
     ndim: int
 
 
+def _wire(st: _Setting, elems: int, ndim: int, codec: str, ll: str) -> tuple[int, int, float]:
+    """A split's message bytes up (the cut's tensor in ``codec``, then the lossless coder ``ll`` at its measured
+    ratio) and down (the result), and the seconds coding them takes on both sides."""
+    raw = payload_bytes(elems, codec)
+    payload = math.ceil(raw * st.ratios.get(ll, 1.0)) if ll != "none" else raw
+    up = message_bytes(payload, ndim)
+    down = message_bytes(st.result_bytes, 1)
+    # encode: read the fp32 tensor, write the code; decode on the server: the reverse
+    streamed = 0.0 if codec in ("fp32", "raw") else 4.0 * elems + raw
+    coding = streamed / st.device.mem_Bps + streamed / st.server.mem_Bps
+    if ll != "none":
+        coding += raw / LOSSLESS_BPS[ll] + raw / (2 * LOSSLESS_BPS[ll])  # decompression about twice as fast
+    return up, down, coding
+
+
 def _option(st: _Setting, cut: _Cut, codec: str, ll: str) -> SplitOption:
     """One split x codec x lossless coder: bytes each way, the time of every stage, device energy, accuracy."""
     table, dev_t, srv_t = st.table, st.dev_t, st.srv_t
-    device, server, uplink, choices = st.device, st.server, st.uplink, st.choices
+    device, uplink, choices = st.device, st.uplink, st.choices
     k, name, elems, ndim = cut.k, cut.name, cut.elems, cut.ndim
     n = len(table.layers)
     local = k == n
@@ -273,19 +288,9 @@ def _option(st: _Setting, cut: _Cut, codec: str, ll: str) -> SplitOption:
         up = down = 0
         coding = 0.0
     else:
-        raw = payload_bytes(elems, codec)
-        payload = raw
-        if ll != "none":
-            if ll not in st.ratios:
-                why = f"no measured {ll} ratio"
-            payload = math.ceil(raw * st.ratios.get(ll, 1.0))
-        up = message_bytes(payload, ndim)
-        down = message_bytes(st.result_bytes, 1)
-        # encode: read the fp32 tensor, write the code; decode on the server: the reverse
-        streamed = 0.0 if codec in ("fp32", "raw") else 4.0 * elems + raw
-        coding = streamed / device.mem_Bps + streamed / server.mem_Bps
-        if ll != "none":
-            coding += raw / LOSSLESS_BPS[ll] + raw / (2 * LOSSLESS_BPS[ll])  # decompression about twice as fast
+        up, down, coding = _wire(st, elems, ndim, codec, ll)
+        if ll != "none" and ll not in st.ratios:
+            why = f"no measured {ll} ratio"
     dev_s = sum(dev_t[:k])
     srv_s = sum(srv_t[k:])
     up_fixed = 0.0 if local else uplink.latency_s
