@@ -89,6 +89,22 @@ class TrainingSimResult(Result):
     """(time, method, bandwidth B/s) at each change of method or bandwidth."""
 
 
+def _check_policy(policy: str, methods: Sequence[str]) -> None:
+    if policy.startswith("static:"):
+        if policy.split(":", 1)[1] not in methods:
+            raise SpecError("--policy", policy, f"static:<one of {', '.join(methods)}>")
+    elif policy not in ("adaptive", "oracle"):
+        raise SpecError("--policy", policy, "static:<method>, adaptive or oracle")
+
+
+def _period_time(job: TrainingJob, link: LinkTrace, method: str, t0: float, n: int) -> float:
+    """The oracle's score of a method: ``n`` steps from ``t0`` with it, at the link's true bandwidth."""
+    t = t0
+    for _ in range(n):
+        t += job.step_s(method, link.at(t))
+    return t - t0
+
+
 def simulate_training(
     job: TrainingJob,
     link: LinkTrace,
@@ -102,26 +118,12 @@ def simulate_training(
     if period < 1 or job.steps < 1:
         raise ValueError("period and steps must be positive")
     methods = job.methods
-    if policy.startswith("static:"):
-        fixed = policy.split(":", 1)[1]
-        if fixed not in methods:
-            raise SpecError("--policy", policy, f"static:<one of {', '.join(methods)}>")
-    elif policy not in ("adaptive", "oracle"):
-        raise SpecError("--policy", policy, "static:<method>, adaptive or oracle")
+    _check_policy(policy, methods)
     sim = Simulator(seed)
     ctl = Controller(methods, "none", switch_cost_s=switch_cost_s)
-    state = _State(fixed if policy.startswith("static:") else "none", link.at(0.0))
+    state = _State(policy.split(":", 1)[1] if policy.startswith("static:") else "none", link.at(0.0))
     counts = dict.fromkeys(methods, 0)
     timeline: list[tuple[float, str, float]] = []
-
-    def oracle_choice(t0: float, n: int) -> str:
-        def period_time(m: str) -> float:
-            t = t0
-            for _ in range(n):
-                t += job.step_s(m, link.at(t))
-            return t - t0
-
-        return min(methods, key=period_time)
 
     def step(i: int) -> list[Event]:
         now = sim.now
@@ -132,7 +134,8 @@ def simulate_training(
                 state.method, state.switches = d.choice, state.switches + 1
                 now += switch_cost_s
         elif i % period == 0 and policy == "oracle":
-            best = oracle_choice(now, min(period, job.steps - i))
+            n = min(period, job.steps - i)
+            best = min(methods, key=lambda m: _period_time(job, link, m, now, n))
             state.switches += i > 0 and best != state.method
             state.method = best
         method, bw = state.method, link.at(now)
