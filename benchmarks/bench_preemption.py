@@ -29,7 +29,18 @@ from aitrinity.validate_serving import read_rows, row_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE, MODEL, TP, DTYPE = "vllm", "llama-3.1-70b", 2, "fp8"
-GRID = [(1024, 1024), (1024, 4096), (1024, 8192), (4096, 1024), (4096, 4096), (8192, 1024)]
+GRID = [
+    (1024, 512),
+    (1024, 1024),
+    (1024, 4096),
+    (1024, 8192),
+    (2048, 1024),
+    (2048, 2048),
+    (4096, 1024),
+    (4096, 2048),
+    (4096, 4096),
+    (8192, 1024),
+]
 """(isl, osl) pairs."""
 LOADS = (1.15, 1.5)
 """Clients over KV slots."""

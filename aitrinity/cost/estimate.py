@@ -522,7 +522,7 @@ def estimate_concurrency(
         kv_slots=running if 0 < running < c else None,  # (none fits: the memory check says so)
     )
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
-    if float(ss.slot_wait_s) > 0 and preempts(system.engine) and job.output_tokens >= job.prompt_tokens:
+    if float(ss.slot_wait_s) > 0 and preempts(system.engine) and 2 * job.output_tokens >= job.prompt_tokens:
         notes.append(preemption_note(m.name, system.device.name, system.engine, qplan, c, job))
     return price_concurrency(ledger, system, ss, kernels.source, notes)
 
@@ -555,7 +555,7 @@ def price_serving_ledger(
 
 
 PREEMPTION_NOTE = (
-    "more clients than KV slots on an engine that preempts, with outputs as long as the prompts or longer: the "
+    "more clients than KV slots on an engine that preempts, with outputs at least half as long as the prompts: the "
     "whole wait for a slot is priced before the first token, where the engine's recompute preemption moves part of "
     "it after the first token (TTFT likely too high, TPOT too low; docs/silicon.md); the simulator replays the "
     "preemption"

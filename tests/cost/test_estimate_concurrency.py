@@ -129,7 +129,7 @@ def _kv_bound(engine: str, prompt_tokens: int, output_tokens: int, clients: int 
 
 def test_a_preempting_engine_past_its_kv_slots_with_long_outputs_says_the_wait_is_misplaced():
     """docs/silicon.md, "More clients than KV slots on an engine that preempts": the analytic wait sits before the
-    first token; vLLM's recompute preemption moves part of it after, where outputs are as long as prompts or longer.
+    first token; vLLM's recompute preemption moves part of it after, where outputs are at least half as long as prompts.
     The note names it and the simulator command that replays the scenario's replica; prompt-heavy runs (where the
     two models agree), TensorRT-LLM (no preemption) and a run within its slots get no note."""
     from aitrinity.cli.main import _parser
