@@ -864,7 +864,7 @@ def replay_benchmark(
     cfg = for_device(
         d,
         1,
-        memory_capacity_bytes=d.memory_capacity_bytes * lay.tp,
+        memory_capacity_bytes=d.memory_capacity_bytes * lay.tp * lay.cp,
         weights_dtype=lay.weight_dtype,
         kv_dtype=lay.kv_dtype,
         kv_capacity_tokens=kv_capacity_tokens(m, lay, d.memory_capacity_bytes, pool),
