@@ -7,6 +7,7 @@ heavy modules are imported only by the command that needs them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -684,52 +685,40 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+_MODULES = {
+    "simulate": "simulate",
+    "report": "report",
+    "ui": "ui",
+    "split-demo": "split",
+    "train-demo": "train",
+    "replay": "kv",
+    "kv": "kv",
+    "watch": "watch",
+}
+"""Commands whose code lives in a module of its own under ``aitrinity.cli``, imported only when the command runs
+(start-up: ``trinity diagnose`` loads none of them)."""
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "diagnose":
+        return _cmd_diagnose(args)
+    if args.command in ("plan", "explain"):
+        return _cmd_plan(args)
+    if args.command == "completion":
+        from aitrinity.cli import completion
+
+        return completion.run(args, _parser())
+    module = _MODULES.get(args.command)
+    if module is not None:
+        return int(importlib.import_module(f"aitrinity.cli.{module}").run(args))
+    handlers = {"calibrate": _cmd_calibrate, "validate": _cmd_validate, "hardware": _cmd_hardware}
+    return handlers.get(args.command, _cmd_catalog)(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "diagnose":
-            return _cmd_diagnose(args)
-        if args.command in ("plan", "explain"):
-            return _cmd_plan(args)
-        if args.command == "simulate":
-            from aitrinity.cli import simulate
-
-            return simulate.run(args)
-        if args.command == "completion":
-            from aitrinity.cli import completion
-
-            return completion.run(args, _parser())
-        if args.command == "report":
-            from aitrinity.cli import report
-
-            return report.run(args)
-        if args.command == "ui":
-            from aitrinity.cli import ui
-
-            return ui.run(args)
-        if args.command == "split-demo":
-            from aitrinity.cli import split
-
-            return split.run(args)
-        if args.command == "train-demo":
-            from aitrinity.cli import train
-
-            return train.run(args)
-        if args.command in ("replay", "kv"):
-            from aitrinity.cli import kv
-
-            return kv.run(args)
-        if args.command == "watch":
-            from aitrinity.cli import watch
-
-            return watch.run(args)
-        if args.command == "calibrate":
-            return _cmd_calibrate(args)
-        if args.command == "validate":
-            return _cmd_validate(args)
-        if args.command == "hardware":
-            return _cmd_hardware(args)
-        return _cmd_catalog(args)
+        return _dispatch(args)
     except TrinityError as e:
         print(f"trinity: error: {e}", file=sys.stderr)
         return EXIT_USAGE

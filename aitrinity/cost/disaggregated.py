@@ -151,9 +151,7 @@ def disaggregated_steady_state(
     s_out = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
     c, s_in, s_out, rp, rd = np.broadcast_arrays(c, s_in, s_out, prefill.replicas, decode.replicas)
     pre = _PrefillIterations.of(m, k, prefill, s_in, token_budget, prof.step_overhead_s)
-    # each prefill rank sends the KV it holds (its heads' share; MLA's latent and too few KV heads are replicated)
-    kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * kv_shard_factor(m, prefill.layout.tp) * s_in
-    transfer = link.latency_s + kv / link.bandwidth_Bps
+    transfer = _kv_transfer_s(m, prefill, link, s_in)
     ctx = s_in + s_out / 2.0
     steps = s_out - 1.0
     clients = c / rp
@@ -166,10 +164,7 @@ def disaggregated_steady_state(
     x, n_dec, dec = _settle(c, clients, rp, rd, decode.batch, steps, prof.request_overhead_s + transfer, pre, decode_at)
     tpot = dec.total
     z = prof.request_overhead_s + transfer + steps * tpot
-    wave = prof.batch_wait * (np.ceil(clients / pre.batch) - 1.0) / 2.0 * pre.t_batch
-    queued = clients / x - z  # past capacity: the queue the loop leaves (it holds the first round's wave too)
-    wave = np.where(queued > pre.latency(x) + wave, 0.0, wave)
-    prefill_s = np.maximum(pre.latency(x), queued)
+    prefill_s, wave = _prefill_wait(prof, pre, x, clients, z)
     ttft = prof.request_overhead_s + prefill_s + wave
     latency = ttft + transfer + steps * tpot
     rps = c / latency
@@ -193,6 +188,25 @@ def disaggregated_steady_state(
         prefill_step=pre.one,
         decode_step=dec,
     )
+
+
+def _kv_transfer_s(m: ModelSpec, prefill: Pool, link: KVLink, s_in: Array) -> Array:
+    """One prompt's KV crossing from the prefill pool to the decode pool: each prefill rank sends the KV it holds
+    (its heads' share; MLA's latent and too few KV heads are replicated)."""
+    kv = kv_bytes_per_token(m, prefill.layout.kv_dtype) * kv_shard_factor(m, prefill.layout.tp) * s_in
+    return link.latency_s + kv / link.bandwidth_Bps
+
+
+def _prefill_wait(
+    prof: EngineProfile, pre: _PrefillIterations, x: Array, clients: Array, z: Array
+) -> tuple[Array, Array]:
+    """A prompt's time in the prefill pool at ``x`` prompts per second per replica, and the wave term: below
+    capacity its latency at that load, past it the queue the closed loop leaves (``clients / x`` less the rest of a
+    cycle, ``z``), which holds the first round's wave too."""
+    wave = prof.batch_wait * (np.ceil(clients / pre.batch) - 1.0) / 2.0 * pre.t_batch
+    queued = clients / x - z
+    wave = np.where(queued > pre.latency(x) + wave, 0.0, wave)
+    return np.maximum(pre.latency(x), queued), wave
 
 
 @dataclass(frozen=True)

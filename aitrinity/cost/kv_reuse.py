@@ -122,25 +122,14 @@ def decide(
         raise ValueError("prompt_tokens and block_tokens must be positive")
     if flops_per_s <= 0 or compression <= 0:
         raise ValueError("flops_per_s and compression must be positive")
-    usable = min(len(cached), (prompt_tokens - 1) // block_tokens)
-    run: list[Source] = []
-    for s in cached[:usable]:
-        if s is None:
-            break
-        run.append(s)
+    run = _leading_run(cached[: min(len(cached), (prompt_tokens - 1) // block_tokens)])
     block_bytes = kv_bytes_per_token(m, kv_dtype) * block_tokens / compression
 
     def compute(start: int) -> float:
         flops = prefill_flops(m, start, prompt_tokens - start, masked_past=masked_past)
         return (flops + 2.0 * m.vocab_size * m.hidden_size) / flops_per_s
 
-    best_k, best_t, load_t, loads = 0, compute(0), 0.0, [0.0]
-    for k, s in enumerate(run, 1):
-        load_t += s.latency_s + block_bytes / s.bandwidth_Bps
-        loads.append(load_t)
-        t = load_t + compute(k * block_tokens)
-        if t < best_t:
-            best_k, best_t = k, t
+    best_k, best_t, loads = _best_prefix(run, block_tokens, block_bytes, compute)
     by_tier: dict[str, int] = {}
     for s in run[:best_k]:
         by_tier[s.tier] = by_tier.get(s.tier, 0) + block_tokens
@@ -163,6 +152,32 @@ def decide(
         breakeven=_breakeven(run, block_tokens, block_bytes, compute),
         reason=_reason(choice, best_k, len(run)),
     )
+
+
+def _leading_run(cached: Sequence[Source | None]) -> list[Source]:
+    """The blocks up to the first one that is not cached."""
+    run: list[Source] = []
+    for s in cached:
+        if s is None:
+            break
+        run.append(s)
+    return run
+
+
+def _best_prefix(
+    run: Sequence[Source], block_tokens: int, block_bytes: float, compute: Callable[[int], float]
+) -> tuple[int, float, list[float]]:
+    """How many leading blocks to load (``k``, 0 = recompute all), the request's time with them, and the cumulative
+    load time after each block (``loads[k]``): loads run in order, so loading block ``k`` means loading those before
+    it."""
+    best_k, best_t, load_t, loads = 0, compute(0), 0.0, [0.0]
+    for k, s in enumerate(run, 1):
+        load_t += s.latency_s + block_bytes / s.bandwidth_Bps
+        loads.append(load_t)
+        t = load_t + compute(k * block_tokens)
+        if t < best_t:
+            best_k, best_t = k, t
+    return best_k, best_t, loads
 
 
 def _reason(choice: str, loaded: int, cached: int) -> str:

@@ -163,17 +163,7 @@ def report(
     if channel is None:
         return result(None, None, None, False, f"{inf.title}: nothing to relieve here (no traffic of that kind).")
 
-    def gain(k: float) -> float:
-        s = _scaled(system, channel, k)
-        a = _per_unit(estimate(plan, s), plan)
-        b = _per_unit(estimate(without_plan, s), without_plan)
-        return a - b
-
-    def pays(k: float) -> bool:
-        g, ref = gain(k), TOLERANCE * t_without
-        return g < -ref if inf.rule == "faster" else g <= ref
-
-    pays = functools.cache(pays)  # the scan's k = 1 is today's verdict too
+    pays = _pays_at(inf, estimate, system, channel, (plan, without_plan), t_without)
     k_star = _boundary(pays, inf.pays_when == "below")
     nominal = _nominal(system, channel)
     now = pays(1.0)
@@ -184,6 +174,29 @@ def report(
         sentence += _steps_budget(t_without, t_with / own_factor, own_factor)
     sentence += _costs(quality, relieved, only_fits=not without_est.memory.fits and with_est.memory.fits)
     return result(resource, threshold, nominal, now, sentence + ".")
+
+
+def _pays_at(
+    inf: ExchangeInfo,
+    estimate: Callable[[Plan, System], Estimate],
+    system: System,
+    channel: str,
+    plans: tuple[Plan, Plan],
+    t_without: float,
+) -> Callable[[float], bool]:
+    """Whether the exchange pays off with ``channel``'s bandwidth scaled by ``k``: the plan with it (``plans[0]``)
+    against the plan without it, per unit of work, beyond :data:`TOLERANCE` of today's time without it (by its
+    rule: faster, or no slower). Cached: the scan's ``k = 1`` is today's verdict too."""
+    with_plan, without_plan = plans
+
+    @functools.cache
+    def pays(k: float) -> bool:
+        s = _scaled(system, channel, k)
+        gain = _per_unit(estimate(with_plan, s), with_plan) - _per_unit(estimate(without_plan, s), without_plan)
+        ref = TOLERANCE * t_without
+        return gain < -ref if inf.rule == "faster" else gain <= ref
+
+    return pays
 
 
 def _costs(quality: Quality, relieved: float, only_fits: bool) -> str:

@@ -133,20 +133,8 @@ def _price_pair(
     :data:`_COLUMNS` (None when none is priced) and how many were refused for memory before pricing."""
     (tp_p, ep_p), (tp_d, ep_d) = prefill, decode
     m, job, system, n = x.m, x.job, x.system, x.system.num_devices
-    pre_plan = x.qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
-    dec_plan = x.base.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
-    fit = (
-        max_batch(m, dec_plan, system, job) if weight_bytes_per_device(m, pre_plan) <= system.usable_memory_bytes else 0
-    )
     step_p, step_d = tp_p * ep_p, tp_d * ep_d
-    p_dev = np.arange(step_p, n, step_p, dtype=np.float64)
-    p_dev = p_dev[(n - p_dev) % step_d == 0]
-    if not len(p_dev):
-        return None, 0
-    pd, b = (a.ravel() for a in np.meshgrid(p_dev, x.batches, indexing="ij"))
-    fits = b <= fit
-    refused = int(np.count_nonzero(~fits))  # counted, not priced
-    pd, b = pd[fits], b[fits]
+    pd, b, refused = _grid(x, prefill, decode)
     if not len(pd):
         return None, refused
     dec_replicas = (n - pd) / tp_d
@@ -166,7 +154,7 @@ def _price_pair(
     rate = ds.output_tokens_per_s
     reason = np.zeros(pd.shape, dtype=np.int64)
     if ttft_slo_s is not None:
-        reason = np.where((reason == 0) & (ds.ttft_s > ttft_slo_s), 2, reason)
+        reason = np.where(ds.ttft_s > ttft_slo_s, 2, reason)
     if tpot_slo_s is not None:
         reason = np.where((reason == 0) & (ds.tpot_s > tpot_slo_s), 3, reason)
     price = system.price_per_hour_usd
@@ -189,6 +177,25 @@ def _price_pair(
         "reason": reason,
     }
     return {f: np.asarray(v) for f, v in values.items()}, refused
+
+
+def _grid(x: _Splits, prefill: tuple[int, int], decode: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The prefill device counts and decode batches of one (prefill, decode) pair of layouts whose weights and KV
+    fit (every split of the devices into whole prefill and decode replicas, times the searched batches), and how
+    many of the candidates did not fit (counted, not priced)."""
+    (tp_p, ep_p), (tp_d, ep_d) = prefill, decode
+    m, job, system, n = x.m, x.job, x.system, x.system.num_devices
+    pre_plan = x.qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
+    dec_plan = x.base.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
+    fit = (
+        max_batch(m, dec_plan, system, job) if weight_bytes_per_device(m, pre_plan) <= system.usable_memory_bytes else 0
+    )
+    step_p, step_d = tp_p * ep_p, tp_d * ep_d
+    p_dev = np.arange(step_p, n, step_p, dtype=np.float64)
+    p_dev = p_dev[(n - p_dev) % step_d == 0]
+    pd, b = (a.ravel() for a in np.meshgrid(p_dev, x.batches, indexing="ij"))
+    fits = b <= fit
+    return pd[fits], b[fits], int(np.count_nonzero(~fits))
 
 
 def search_splits(

@@ -27,7 +27,7 @@ from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
-from aitrinity.plan.rows import frontier, quantize
+from aitrinity.plan.rows import Ints, frontier, quantize
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
     KV_DTYPES,
@@ -256,6 +256,28 @@ def search_serving(
     tables = [_complete(p, answers, job, combos) for p in pending]
     t = tables[0] if len(tables) == 1 else _Table.concat(tables)
     priced = t.priced
+    idx, order = _ranking(t, objective, combos)
+    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, t.drop]
+    front = frontier(order, columns) if pareto else []
+    counts = np.bincount(priced.reason, minlength=len(REASONS))
+    ranked = _choices(t, order[: max(top, 1)].tolist(), system, combos)
+    return ServingSearchResult(
+        objective=objective,
+        evaluated=len(priced.latency_s),
+        feasible=len(idx),
+        best=ranked[0] if ranked else None,
+        top=ranked[:top],
+        pareto=_choices(t, front, system, combos),
+        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
+        max_accuracy_drop=job.max_accuracy_drop,
+    )
+
+
+def _ranking(t: _Table, objective: ServingObjective, combos: list[list[Any]]) -> tuple[Ints, Ints]:
+    """The feasible candidates, and the same ranked: the objective's score first (quantized), then the smaller
+    accuracy drop, the simpler plan (fewer exchanges and devices), less HBM, and the candidates' order."""
+    priced = t.priced
     score = {
         "throughput": -priced.throughput_tokens_per_s,
         "latency": priced.latency_s,
@@ -268,22 +290,7 @@ def search_serving(
     simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0)
     simple += rows.tp * cps * rows.pp + (rows.ep > 1) + (cps > 1)
     simple += np.array([len(entries) for entries in combos])[t.added]
-    order = idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
-    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, t.drop]
-    front = frontier(order, columns) if pareto else []
-    counts = np.bincount(priced.reason, minlength=len(REASONS))
-    ranked = _choices(t, order[: max(top, 1)].tolist(), system, combos)
-    return ServingSearchResult(
-        objective=objective,
-        evaluated=len(score),
-        feasible=len(idx),
-        best=ranked[0] if ranked else None,
-        top=ranked[:top],
-        pareto=_choices(t, front, system, combos),
-        infeasible=[ReasonCount(reason=REASONS[j], count=int(c)) for j, c in enumerate(counts) if j and c],
-        max_accuracy_drop=job.max_accuracy_drop,
-    )
+    return idx, idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
 
 
 @dataclasses.dataclass(frozen=True)
