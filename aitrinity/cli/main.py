@@ -420,31 +420,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise SpecError("SCENARIO", None, "a scenario file or built-in name (or --scenarios DIR)", missing=True)
     if getattr(args, "sweep", None):
-        key, _, values = args.sweep.partition("=")
-        if not key or not values:
-            raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
-        vals = [v.strip() for v in values.split(",")]
-        if getattr(args, "ray", None) is not None:
-            on_ray = _plan_on_ray(args, [(args.scenario, [*args.overrides, f"{key}={v}"]) for v in vals])
-            points = list(zip(vals, on_ray, strict=True))
-        else:
-            points = []
-            for v in vals:
-                rep = api.plan(
-                    args.scenario,
-                    args.objective,
-                    1,
-                    [*args.overrides, f"{key}={v}"],
-                    args.start,
-                    args.slo_ttft,
-                    args.slo_tpot,
-                )
-                points.append((v, rep))
-        if args.json:
-            print(dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
-        else:
-            print(render.sweep(key, points))
-        return 0
+        return _plan_sweep(args)
     start = time.perf_counter()
     rep = api.plan(
         args.scenario,
@@ -468,6 +444,41 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(render.chain(rep.chain) if rep.chain else "no feasible plan: nothing to explain")
     else:
         print(render.plan(rep))
+    return 0
+
+
+def _plan_sweep(args: argparse.Namespace) -> int:
+    """``trinity plan SCENARIO --sweep KEY=V1,V2,...``: the best plan at each value, here or on Ray."""
+    from aitrinity import api
+    from aitrinity.cli import render
+
+    key, _, values = args.sweep.partition("=")
+    if not key or not values:
+        raise SpecError("--sweep", args.sweep, "KEY=V1,V2,... e.g. link=25Gbit/s,100Gbit/s")
+    vals = [v.strip() for v in values.split(",")]
+    if getattr(args, "ray", None) is not None:
+        on_ray = _plan_on_ray(args, [(args.scenario, [*args.overrides, f"{key}={v}"]) for v in vals])
+        points = list(zip(vals, on_ray, strict=True))
+    else:
+        points = [
+            (
+                v,
+                api.plan(
+                    args.scenario,
+                    args.objective,
+                    1,
+                    [*args.overrides, f"{key}={v}"],
+                    args.start,
+                    args.slo_ttft,
+                    args.slo_tpot,
+                ),
+            )
+            for v in vals
+        ]
+    if args.json:
+        print(dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
+    else:
+        print(render.sweep(key, points))
     return 0
 
 

@@ -12,7 +12,10 @@ from aitrinity.cli.progress import Progress
 from aitrinity.errors import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from aitrinity.cost.kernels import Kernels
+    from aitrinity.sim.prefill import PrefillResult
     from aitrinity.sim.serving import ClosedLoop, OperatorStep, ServingConfig, ServingSimResult
     from aitrinity.spec.hardware import DeviceSpec
     from aitrinity.spec.model import ModelSpec
@@ -659,8 +662,18 @@ def _prefill(args: argparse.Namespace) -> int:
     if args.json:
         print(dump([r.model_dump(mode="json") for r in results]))
         return 0
+    _print_prefill(args, label, len(reqs), capacity, results)
+    return 0
+
+
+def _print_prefill(
+    args: argparse.Namespace, label: str, requests: int, capacity: int, results: Sequence[PrefillResult]
+) -> None:
+    """``simulate prefill-cluster``'s table: one row per cache setup, then each against the first."""
+    from aitrinity import units
+
     print(
-        f"{label}: {len(reqs):,} requests at {args.rate_scale:g}x the trace's rate, {args.instances} prefill "
+        f"{label}: {requests:,} requests at {args.rate_scale:g}x the trace's rate, {args.instances} prefill "
         f"instances ({args.model}, {args.tp} x {args.device} each, {args.engine} kernels), {capacity:,} cache tokens "
         f"in all, {args.router} routing"
     )
@@ -683,7 +696,6 @@ def _prefill(args: argparse.Namespace) -> int:
                 f"  {r.cache} / {first.cache}: hit rate {r.token_hit_rate / first.token_hit_rate:.2f}x, prefill GPU "
                 f"time {r.busy_s / max(first.busy_s, 1e-30) - 1:+.0%}"
             )
-    return 0
 
 
 def _training(args: argparse.Namespace) -> int:

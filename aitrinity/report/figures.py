@@ -30,6 +30,7 @@ from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, fo
 
 if TYPE_CHECKING:
     from aitrinity.edge import EdgeInputs
+    from aitrinity.sim.training import TrainingJob, TrainingSimResult
 
 Cell = str | float | int | None
 
@@ -430,14 +431,9 @@ def replay_section(trace: Path, m: ModelSpec, capacities: Sequence[int] = DEFAUL
     )
 
 
-def training_link_section(seed: int = 0) -> Section:
-    """The simulator's data-parallel job on its built-in degrading link: what the adaptive Controller chose
-    and what bound, period by period, next to every static plan and the oracle."""
-    from aitrinity.sim.training import DEGRADING, TrainingJob, compare
-
-    job = TrainingJob()
-    results = compare(job, DEGRADING, seed=seed)
-    adaptive = next(r for r in results if r.policy == "adaptive")
+def _controller_bands(job: TrainingJob, adaptive: TrainingSimResult) -> tuple[list[svg.Band], list[list[Cell]]]:
+    """The adaptive run's timeline as bands of time with one compressor and one binding resource (adjacent periods
+    that agree merged), and one table row per period."""
     bands: list[svg.Band] = []
     rows: list[list[Cell]] = []
     tl = adaptive.timeline
@@ -451,6 +447,18 @@ def training_link_section(seed: int = 0) -> Section:
         else:
             bands.append(svg.Band(t, t1, label))
         rows.append([t, bw * 8 / 1e6, method, binds])
+    return bands, rows
+
+
+def training_link_section(seed: int = 0) -> Section:
+    """The simulator's data-parallel job on its built-in degrading link: what the adaptive Controller chose
+    and what bound, period by period, next to every static plan and the oracle."""
+    from aitrinity.sim.training import DEGRADING, TrainingJob, compare
+
+    job = TrainingJob()
+    results = compare(job, DEGRADING, seed=seed)
+    adaptive = next(r for r in results if r.policy == "adaptive")
+    bands, rows = _controller_bands(job, adaptive)
     line = svg.Series(
         "link Mbit/s", [(t, b * 8 / 1e6) for t, b in zip(DEGRADING.times_s, DEGRADING.bandwidth_Bps, strict=True)]
     )
