@@ -314,30 +314,31 @@ def price_rows(
                 osl,
             )
             ttft, tpot = ds.ttft_s, ds.tpot_s
-        for i, r in enumerate(rs):
-            priced.append(
-                PricedRun(
-                    id=r.id,
-                    model=model,
-                    device=device,
-                    engine=engine,
-                    dtype=dtype,
-                    tp=r.tp,
-                    layout=r.layout,
-                    concurrency=r.c,
-                    isl=r.isl,
-                    osl=r.osl,
-                    ttft_measured_s=r.ttft_ms * 1e-3,
-                    ttft_predicted_s=float(ttft[i]),
-                    tpot_measured_s=r.tpot_ms * 1e-3,
-                    tpot_predicted_s=float(tpot[i]),
-                )
-            )
+        priced += [_priced_run(r, float(ttft[i]), float(tpot[i])) for i, r in enumerate(rs)]
         fallbacks: set[str] = getattr(choice.kernels, "fallbacks", set())
         notes.update(f"{choice.source}: no table for {f}, roofline used" for f in fallbacks)
         if progress:
             progress(done, len(groups))
     return priced, sorted(sources), sorted(notes)
+
+
+def _priced_run(r: _Row, ttft_s: float, tpot_s: float) -> PricedRun:
+    return PricedRun(
+        id=r.id,
+        model=r.model,
+        device=r.device,
+        engine=r.engine,
+        dtype=r.dtype,
+        tp=r.tp,
+        layout=r.layout,
+        concurrency=r.c,
+        isl=r.isl,
+        osl=r.osl,
+        ttft_measured_s=r.ttft_ms * 1e-3,
+        ttft_predicted_s=ttft_s,
+        tpot_measured_s=r.tpot_ms * 1e-3,
+        tpot_predicted_s=tpot_s,
+    )
 
 
 def row_layout(r: _Row) -> Layout:

@@ -770,8 +770,6 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     backward pass (Megatron-LM in 2021), ``max`` for one that overlaps them (FSDP, Megatron-Core)."""
     base = priced_resources(ledger, system)
     led, ph = ledger.phases[0], base.phases[0]
-    mb = float(st.microbatches)
-    ops = {c: float(t) * mb for c, t in st.per_microbatch.by_class().items()}
     rate = system.device.peak_flops_for(ledger.compute_dtype) * system.eff.compute_at(led.gemm_rows)
     exchange_s = led.flops.exchange / rate
     rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
@@ -792,19 +790,7 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
         float(step.latency_s),
         "TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
     )
-    gather = serial_send_s(ledger, system, (CP_GATHER,)) * mb
-    parts = {
-        **ops,
-        "p2p": float(st.p2p_s) * mb - gather,
-        "cp_gather": gather,
-        "bubble": float(st.bubble_s),
-        "optimizer": float(st.optimizer_s),
-        "exchange": exchange_s,
-        "sm_share": float(step.sm_share_s),
-    }
-    operators = [
-        OperatorTime(operator=k, label=TRAINING_PARTS[k], time_s=t, share=t / time_s) for k, t in parts.items() if t > 0
-    ]
+    operators = _training_parts(ledger, system, st, step, exchange_s)
     phase = ph.model_copy(
         update={
             "time_s": time_s,
@@ -822,6 +808,28 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
             "notes": notes,
         }
     )
+
+
+def _training_parts(
+    ledger: Ledger, system: System, st: StepTimes, step: GpuStep, exchange_s: float
+) -> list[OperatorTime]:
+    """A training step's time by part (:data:`TRAINING_PARTS`): each operator class over the micro-batches, the
+    pipeline sends and CP gathers, the bubble, the optimizer, the exchanges' compute and the SMs collectives hold."""
+    mb = float(st.microbatches)
+    gather = serial_send_s(ledger, system, (CP_GATHER,)) * mb
+    parts = {
+        **{c: float(t) * mb for c, t in st.per_microbatch.by_class().items()},
+        "p2p": float(st.p2p_s) * mb - gather,
+        "cp_gather": gather,
+        "bubble": float(st.bubble_s),
+        "optimizer": float(st.optimizer_s),
+        "exchange": exchange_s,
+        "sm_share": float(step.sm_share_s),
+    }
+    time_s = float(step.time_s)
+    return [
+        OperatorTime(operator=k, label=TRAINING_PARTS[k], time_s=t, share=t / time_s) for k, t in parts.items() if t > 0
+    ]
 
 
 def serial_send_s(led: Ledger, system: System, purposes: tuple[str, ...] = (PP_TRAFFIC, CP_GATHER)) -> float:

@@ -85,14 +85,11 @@ def _rate(cfg: DemoConfig) -> Callable[[float], float] | None:
     return None
 
 
-def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    torch.set_num_threads(1)  # one core for the device, one for the server
-    if cfg.weights:
-        table, nodes = digits.load(cfg.weights)
-    else:
-        progress(f"training the digits CNN ({cfg.epochs} epochs)")
-        table, nodes = digits.train(cfg.epochs, cfg.seed)
-    _, _, xte, yte = digits.frames(cfg.seed)
+def _choices(
+    cfg: DemoConfig, nodes: Any, xte: Any, yte: Any, progress: Callable[[str], None]
+) -> tuple[dict[str, float], Choices]:
+    """The accuracy of every split x codec on the test frames, and the choices it allows: each one's drop against
+    running the whole network on the device, within ``cfg.max_accuracy_drop``."""
     progress("accuracy per split x codec on the 450 test frames")
     acc = digits.accuracy_table(nodes, xte, yte, cfg.codecs)
     base = acc[f"{len(nodes)}:local"]
@@ -101,6 +98,18 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) 
         accuracy_drop={k: base - v for k, v in acc.items()},
         max_accuracy_drop=cfg.max_accuracy_drop,
     )
+    return acc, choices
+
+
+def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    torch.set_num_threads(1)  # one core for the device, one for the server
+    if cfg.weights:
+        table, nodes = digits.load(cfg.weights)
+    else:
+        progress(f"training the digits CNN ({cfg.epochs} epochs)")
+        table, nodes = digits.train(cfg.epochs, cfg.seed)
+    _, _, xte, yte = digits.frames(cfg.seed)
+    acc, choices = _choices(cfg, nodes, xte, yte, progress)
     progress("calibrating node times")
     server_s = node_times(nodes, table, gap_s=1 / cfg.fps if cfg.fps else max(cfg.gap_s, 0.01))
     device_s = [t * cfg.slowdown for t in server_s]
