@@ -63,11 +63,7 @@ def estimate_disaggregated(
     f = ledger.serving
     assert f is not None
     engine = system.engine
-    out = ScaleOut.of(system)
-    dec_lay = Layout(
-        qplan.tp, qplan.ep, qplan.weights_dtype, qplan.cache_dtype, engine, routing=job.moe_routing, scale_out=out
-    )
-    pre_lay = dataclasses.replace(dec_lay, tp=d.prefill_tp, ep=d.prefill_ep)
+    pre_lay, dec_lay = _pool_layouts(qplan, d, job, system)
     pre_workers = d.prefill_devices // d.prefill_tp // d.prefill_ep
     clients = max(f.batch, 1) * f.replicas
     link = kv_link(d, system)
@@ -106,6 +102,20 @@ def estimate_disaggregated(
     )
     serving = concurrency_metrics(system, ttft, tpot, latency, clients * job.output_tokens / latency, pools)
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels.source, "notes": notes})
+
+
+def _pool_layouts(qplan: Plan, d: Disaggregation, job: ServingJob, system: System) -> tuple[Layout, Layout]:
+    """The prefill and decode pools' layouts: the same dtypes, engine and placement, each pool its TP and EP."""
+    dec_lay = Layout(
+        qplan.tp,
+        qplan.ep,
+        qplan.weights_dtype,
+        qplan.cache_dtype,
+        system.engine,
+        routing=job.moe_routing,
+        scale_out=ScaleOut.of(system),
+    )
+    return dataclasses.replace(dec_lay, tp=d.prefill_tp, ep=d.prefill_ep), dec_lay
 
 
 def _pool_notes(weights: float, usable: float, prefix_hit: float) -> list[str]:

@@ -621,6 +621,19 @@ def _memory_items(plan: Plan, row: Rows, c: Columns, sync: GradSync) -> list[Mem
     return memory
 
 
+def _parallelism(lay: Layout, plan: Plan) -> Parallelism:
+    return Parallelism(
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        ep=lay.ep,
+        cp=lay.cp,
+        zero=plan.zero,
+        recompute=plan.recompute,
+        sequence_parallel=plan.sequence_parallel,
+    )
+
+
 def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
     """The ledger of one training step: the columns of a batch of one plan."""
     lay = layout(m, job, plan, system)
@@ -628,7 +641,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
     L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
     row = Rows.of(plan)
     c = columns(m, job, plan, L, row, [sync])
-    t, p, mb = lay.tp, lay.pp, lay.num_microbatches
+    p, mb = lay.pp, lay.num_microbatches
     s, b = job.seq_len, lay.micro_batch
     memory = _memory_items(plan, row, c, sync)
     method = f", {sync.method}" if sync.method != "none" else ""
@@ -661,16 +674,7 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         params_active=pc.active(m),
         num_devices=system.num_devices,
         compute_dtype=plan.compute_dtype,
-        parallelism=Parallelism(
-            tp=t,
-            pp=p,
-            dp=lay.dp,
-            ep=lay.ep,
-            cp=lay.cp,
-            zero=plan.zero,
-            recompute=plan.recompute,
-            sequence_parallel=plan.sequence_parallel,
-        ),
+        parallelism=_parallelism(lay, plan),
         phases=[phase],
         memory=memory,
         training=TrainingFacts(

@@ -213,6 +213,21 @@ def kv_plan(
         else:
             lo = mid
     need = hi * bb
+    alloc = _fill(tiers, need, bb)
+    report = kv_replay(requests, m, alloc, device, block_tokens=block_tokens, policy=policy, kv_dtype=kv_dtype)
+    return KVPlan(
+        target_hit_rate=target,
+        unbounded_hit_rate=top,
+        capacity_tokens=hi * block_tokens,
+        capacity_bytes=need,
+        curve=[CurvePoint(capacity_tokens=b * block_tokens, token_hit_rate=h) for b, h in sorted(curve.items())],
+        allocation=report,
+    )
+
+
+def _fill(tiers: Sequence[TierInput], need: int, bb: int) -> list[TierInput]:
+    """``need`` bytes of KV over the tiers, fastest first, each holding whole blocks of ``bb`` bytes up to its
+    capacity; a one-line error when they cannot hold it."""
     left, alloc = need, []
     for t in tiers:
         take = left if t.capacity_bytes is None else min(t.capacity_bytes // bb * bb, left)
@@ -225,12 +240,4 @@ def kv_plan(
         raise SpecError(
             "--tiers", ",".join(t.name for t in tiers), f"room for {need:,} bytes of KV (they hold {have:,})"
         )
-    report = kv_replay(requests, m, alloc, device, block_tokens=block_tokens, policy=policy, kv_dtype=kv_dtype)
-    return KVPlan(
-        target_hit_rate=target,
-        unbounded_hit_rate=top,
-        capacity_tokens=hi * block_tokens,
-        capacity_bytes=need,
-        curve=[CurvePoint(capacity_tokens=b * block_tokens, token_hit_rate=h) for b, h in sorted(curve.items())],
-        allocation=report,
-    )
+    return alloc

@@ -208,6 +208,56 @@ class Series:
     """One label per point (shown next to the mark)."""
 
 
+def _series(f: Frame, i: int, s: Series) -> list[str]:
+    """Series ``i``'s line (straight or stepped) and marks, with each mark's value and label as data attributes."""
+    out: list[str] = []
+    c, dash, mk = colour(i), DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
+    pts = [(f.px(a), f.py(b)) for a, b in s.points if math.isfinite(a) and math.isfinite(b)]
+    if s.line and len(pts) > 1:
+        if s.step:
+            path = [pts[0]]
+            for p in pts[1:]:
+                path += [(p[0], path[-1][1]), p]
+            pts_line = path
+        else:
+            pts_line = pts
+        d = " ".join(f"{_num(a)},{_num(b)}" for a, b in pts_line)
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(
+            f'<polyline class="series" data-series="{escape(s.name)}" points="{d}" fill="none" stroke="{c}" '
+            f'stroke-width="2"{dash_attr}/>'
+        )
+    if s.marks:
+        for k, ((a, b), (vx, vy)) in enumerate(zip(pts, s.points, strict=False)):
+            label = s.labels[k] if k < len(s.labels) else ""
+            attrs = (
+                f' class="point" data-series="{escape(s.name)}" data-x="{vx:.6g}" data-y="{vy:.6g}"'
+                f' data-label="{escape(label)}"'
+            )
+            out.append(marker(mk, a, b, c, attrs=attrs + ' stroke="#fff" stroke-width="0.8"'))
+            if label:
+                out.append(f'<text x="{_num(a + 7)}" y="{_num(b - 6)}" font-size="11">{escape(label)}</text>')
+    return out
+
+
+def _legend(series: Sequence[Series]) -> list[str]:
+    """One line of the legend per series: its stroke, its marker and its name."""
+    out: list[str] = []
+    lx, ly = LEFT + 8, TOP + 4
+    out.append('<g class="legend" font-size="11">')
+    for i, s in enumerate(series):
+        c, dash, mk = colour(i), DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
+        yy = ly + 14 * i
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        if s.line:
+            out.append(f'<line x1="{lx}" y1="{yy}" x2="{lx + 22}" y2="{yy}" stroke="{c}" stroke-width="2"{dash_attr}/>')
+        if s.marks:
+            out.append(marker(mk, lx + 11, yy, c, r=3.5))
+        out.append(f'<text x="{lx + 28}" y="{yy + 4}">{escape(s.name)}</text>')
+    out.append("</g>")
+    return out
+
+
 def xy(
     chart: str,
     title: str,
@@ -222,52 +272,14 @@ def xy(
     out = _open(chart, title)
     out += f.axes()
     for i, s in enumerate(series):
-        c, dash, mk = colour(i), DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
-        pts = [(f.px(a), f.py(b)) for a, b in s.points if math.isfinite(a) and math.isfinite(b)]
-        if s.line and len(pts) > 1:
-            if s.step:
-                path = [pts[0]]
-                for p in pts[1:]:
-                    path += [(p[0], path[-1][1]), p]
-                pts_line = path
-            else:
-                pts_line = pts
-            d = " ".join(f"{_num(a)},{_num(b)}" for a, b in pts_line)
-            dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-            out.append(
-                f'<polyline class="series" data-series="{escape(s.name)}" points="{d}" fill="none" stroke="{c}" '
-                f'stroke-width="2"{dash_attr}/>'
-            )
-        if s.marks:
-            for k, ((a, b), (vx, vy)) in enumerate(zip(pts, s.points, strict=False)):
-                label = s.labels[k] if k < len(s.labels) else ""
-                attrs = (
-                    f' class="point" data-series="{escape(s.name)}" data-x="{vx:.6g}" data-y="{vy:.6g}"'
-                    f' data-label="{escape(label)}"'
-                )
-                out.append(marker(mk, a, b, c, attrs=attrs + ' stroke="#fff" stroke-width="0.8"'))
-                if label:
-                    out.append(f'<text x="{_num(a + 7)}" y="{_num(b - 6)}" font-size="11">{escape(label)}</text>')
+        out += _series(f, i, s)
     for nx, ny, text in notes:
         out.append(
             f'<text class="note" x="{_num(f.px(nx))}" y="{_num(f.py(ny) - 6)}" font-size="11" '
             f'font-style="italic">{escape(text)}</text>'
         )
     if legend and len(series) > 1:
-        lx, ly = LEFT + 8, TOP + 4
-        out.append('<g class="legend" font-size="11">')
-        for i, s in enumerate(series):
-            c, dash, mk = colour(i), DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
-            yy = ly + 14 * i
-            dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-            if s.line:
-                out.append(
-                    f'<line x1="{lx}" y1="{yy}" x2="{lx + 22}" y2="{yy}" stroke="{c}" stroke-width="2"{dash_attr}/>'
-                )
-            if s.marks:
-                out.append(marker(mk, lx + 11, yy, c, r=3.5))
-            out.append(f'<text x="{lx + 28}" y="{yy + 4}">{escape(s.name)}</text>')
-        out.append("</g>")
+        out += _legend(series)
     out.append("</svg>")
     return "\n".join(out)
 
