@@ -199,20 +199,24 @@ class StepTimes:
         return {c: getattr(self, c) for c in OPERATOR_CLASSES}
 
 
+Heads = tuple[Degree, Degree, int]
+"""An attention's query heads, KV groups and head width on one rank (:func:`attention_shape`)."""
+
+
+def _arrays(s: StepShape) -> tuple[Array, Array, Array, Array, Array]:
+    """A step's decodes, their context, its prompts, their new tokens and cached prefix, as float arrays."""
+    f = np.float64
+    return (
+        np.asarray(s.decode, dtype=f),
+        np.asarray(s.context, dtype=f),
+        np.asarray(s.prefill_seqs, dtype=f),
+        np.asarray(s.prefill_len, dtype=f),
+        np.asarray(s.prefill_prefix, dtype=f),
+    )
+
+
 def _attention(
-    m: ModelSpec,
-    k: Kernels,
-    lay: Layout,
-    a: Degree,
-    g: Degree,
-    d: int,
-    dec: Array,
-    ctx: Array,
-    nps: Array,
-    plen: Array,
-    prefix: Array,
-    window: int | None,
-    mla: tuple[int, int] | None,
+    k: Kernels, lay: Layout, heads: Heads, step: StepShape, window: int | None, mla: tuple[int, int] | None
 ) -> Array:
     """One layer's attention kernels: decode over the context, prefill (flash, causal) over the new tokens
     and the ``prefix`` tokens cached before them -- the new rows of the causal score matrix, timed as the
@@ -221,6 +225,8 @@ def _attention(
     (``s(s+1)/2`` cells, ``w(w+1)/2 + (s-w)w`` with it). ``mla``: the (QK, V) widths of a latent cache read once
     (:meth:`Kernels.prefill_attention`). With context parallelism (``lay.cp``) a rank attends its ``1/cp`` of each
     context in decode and does ``1/cp`` of a prompt's causal attention (load-balanced chunks)."""
+    a, g, d = heads
+    dec, ctx, nps, plen, prefix = _arrays(step)
     cp = np.asarray(lay.cp, dtype=np.float64)
     c = np.maximum(ctx, 1.0) if window is None else np.minimum(np.maximum(ctx, 1.0), window)
     c = np.maximum(c / cp, 1.0)
@@ -358,18 +364,7 @@ def cp_merge_bytes(m: ModelSpec, heads: ArrayLike, decodes: Array, cp: ArrayLike
     return out
 
 
-def context_parallel_time(
-    m: ModelSpec,
-    k: Kernels,
-    lay: Layout,
-    dec: Array,
-    nps: Array,
-    plen: Array,
-    prefix: Array,
-    a: Degree,
-    g: Degree,
-    d: int,
-) -> Array:
+def context_parallel_time(m: ModelSpec, k: Kernels, lay: Layout, step: StepShape, heads: Heads) -> Array:
     """One layer's context-parallel traffic on a rank, as much of it as the attention does not hide (Yang et al.
     2024, "Context Parallelism for Scalable Million-Token Inference"): ring attention for a prompt -- pass-KV, every
     rank receiving the other ranks' K and V of the prompt and of its cached prefix, ``(cp-1)/cp`` of them, or pass-Q,
@@ -380,6 +375,8 @@ def context_parallel_time(
     The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network. Each rank runs
     the decodes' projections and MLP itself (the weights are whole on every CP rank), so their queries need no
     exchange."""
+    a, g, d = heads
+    dec, _, nps, plen, prefix = _arrays(step)
     cp = np.asarray(lay.cp)
     kv_bytes = value_bytes(k, lay.kv_dtype)
     per_token = (1 if m.mla else 2) * g * d * kv_bytes  # one layer's K and V (MLA: its latent) on a TP rank
@@ -392,34 +389,23 @@ def context_parallel_time(
     prompt = nps * plen
     ring = np.where(prompt > 0, gather(cp_ring_bytes(m, a, per_token, prompt, nps * (plen + prefix))), 0.0)
     zero = np.zeros(np.shape(prompt))
-    pre = _attention(m, k, lay, a, g, d, zero, zero, nps, plen, prefix, None, mla_widths(m))
+    pre = _attention(k, lay, heads, StepShape(zero, zero, nps, plen, prefix), None, mla_widths(m))
     merge = np.where(dec > 0, gather(cp_merge_bytes(m, a, dec, cp)), 0.0)
     out: Array = np.where(cp > 1, np.maximum(ring - np.where(prompt > 0, pre, 0.0), 0.0) + merge, 0.0)
     return out
 
 
-def _sparse_attention(
-    m: ModelSpec,
-    k: Kernels,
-    lay: Layout,
-    heads: tuple[Degree, Degree, int],
-    dec: Array,
-    ctx: Array,
-    nps: Array,
-    plen: Array,
-    prefix: Array,
-) -> Array:
+def _sparse_attention(m: ModelSpec, k: Kernels, lay: Layout, heads: Heads, step: StepShape) -> Array:
     """DeepSeek Sparse Attention: each query attends its ``index_topk`` best tokens -- counted as a window of that
     many keys -- after the indexer scored every cached token with its fp8 keys (``heads``: the attention's heads,
     KV groups and head width on one rank)."""
     assert m.mla is not None and m.mla.index_heads and m.mla.index_head_dim
-    a, g, d = heads
     sparse = dataclasses.replace(lay, kv_dtype="fp8")
     # the indexer's cache is keys only: its scores are QK^T at its head width, and a decode reads each key once
     keys_only = (m.mla.index_head_dim, 0)
     ih, idim = m.mla.index_heads, m.mla.index_head_dim
-    index = _attention(m, k, sparse, ih, 1, idim, dec, ctx, nps, plen, prefix, None, keys_only)
-    out: Array = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.mla.index_topk, mla_widths(m)) + index
+    index = _attention(k, sparse, (ih, 1, idim), step, None, keys_only)
+    out: Array = _attention(k, lay, heads, step, m.mla.index_topk, mla_widths(m)) + index
     return out
 
 
@@ -474,9 +460,10 @@ def step_times(
     a, g, d = attention_shape(m, tp)
 
     projections = projection_time(m, k, lay, rows)
-    attn = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, None, mla_widths(m))
+    step = StepShape(dec, ctx, nps, plen, prefix)
+    attn = _attention(k, lay, (a, g, d), step, None, mla_widths(m))
     if m.mla and m.mla.sparse and m.mla.index_heads and m.mla.index_head_dim:
-        attn = _sparse_attention(m, k, lay, (a, g, d), dec, ctx, nps, plen, prefix)
+        attn = _sparse_attention(m, k, lay, (a, g, d), step)
     dense_mlp = mlp_time(m, k, lay, rows, moe_layer=False)
     moe_mlp = mlp_time(m, k, lay, rows, moe_layer=True) if m.moe else dense_mlp
     act_bytes = rows * h * 2.0
@@ -494,7 +481,7 @@ def step_times(
     if m.moe and m.moe.num_shared_experts:
         moe_mlp = moe_mlp - _shared_experts_hidden(m, k, lay, rows, nps, moe_mlp, moe_comm)
     if np.any(cp > 1):
-        comm = comm + layers * context_parallel_time(m, k, lay, dec, nps, plen, prefix, a, g, d)
+        comm = comm + layers * context_parallel_time(m, k, lay, step, (a, g, d))
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
     gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
@@ -502,7 +489,7 @@ def step_times(
     engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)
     attention = layers * attn
     if m.local_layers and m.sliding_window:  # local layers attend within the window (Mistral, Gemma, gpt-oss)
-        local = _attention(m, k, lay, a, g, d, dec, ctx, nps, plen, prefix, m.sliding_window, mla_widths(m))
+        local = _attention(k, lay, (a, g, d), step, m.sliding_window, mla_widths(m))
         attention = m.local_layers * local + (layers - m.local_layers) * attn
     return StepTimes(
         gemm=np.broadcast_to(gemm, shape).astype(np.float64),

@@ -137,12 +137,28 @@ _ARCH = {
 }
 
 
-def _roofline(
-    system: System, base: Plan, job: TrainingJob, rows: Rows, c: Columns, ch_bytes: dict[str, F], ch_msgs: dict[str, F]
-) -> tuple[list[F], F]:
+@dataclass(frozen=True)
+class _Batch:
+    """The rows of one ``(tp, pp)`` layout being priced: the scenario's model, job, base plan and system, the rows'
+    ledger columns, and their link bytes and messages per channel."""
+
+    m: ModelSpec
+    job: TrainingJob
+    base: Plan
+    system: System
+    tp: int
+    pp: int
+    rows: Rows
+    c: Columns
+    ch_bytes: dict[str, F]
+    ch_msgs: dict[str, F]
+
+
+def _roofline(b: _Batch) -> tuple[list[F], F]:
     """The roofline's compute, HBM and per-channel link times (:func:`aitrinity.cost.estimate.resource_times`), and
     the compute rate. Every channel is priced, host DRAM only with host memory (only offloading rows use it, and
     they are infeasible without it)."""
+    system, base, job, rows, c, ch_bytes, ch_msgs = b.system, b.base, b.job, b.rows, b.c, b.ch_bytes, b.ch_msgs
     zeros = np.zeros(len(rows))
     priced = [ch for ch in _CHANNELS if ch != "host_dram" or system.host_memory is not None]
     r = roofline_times(
@@ -168,23 +184,11 @@ def _serial_sends(c: Columns, system: System, n: int) -> F:
     return send
 
 
-def _gpu_step(
-    m: ModelSpec,
-    job: TrainingJob,
-    base: Plan,
-    system: System,
-    kernels: Kernels,
-    tp: int,
-    p: int,
-    rows: Rows,
-    c: Columns,
-    times: list[F],
-    rate: F,
-    ch_bytes: dict[str, F],
-    ch_msgs: dict[str, F],
-) -> tuple[F, tuple[F, F]]:
+def _gpu_step(b: _Batch, kernels: Kernels, times: list[F], rate: F) -> tuple[F, tuple[F, F]]:
     """A GPU's step from the operator model, row-wise (:func:`aitrinity.cost.estimate.price_training`): the step,
-    and its compute and latency times. ``times``: the roofline's compute, HBM and per-channel link times."""
+    and its compute and latency times. ``times``: the roofline's compute, HBM and per-channel link times, at
+    ``rate`` FLOP/s."""
+    m, job, base, system, tp, p, rows, c = b.m, b.job, b.base, b.system, b.tp, b.pp, b.rows, b.c
     n, mb = len(rows), c.mb
     v = rows.virtual_stages.astype(np.float64)
     zeros = np.zeros(n)
@@ -202,8 +206,8 @@ def _gpu_step(
     streams = []  # the operator model times the TP and PP streams itself: the links carry the rest
     for i, ch in enumerate(_CHANNELS):
         if ch in ("intra_node", "inter_node"):
-            rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
-            rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
+            rest_b = b.ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
+            rest_m = b.ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
             streams.append(link_time(system, ch, rest_b, rest_m))
         else:
             streams.append(times[2 + i])
@@ -212,8 +216,9 @@ def _gpu_step(
     return np.asarray(gpu.time_s), (np.asarray(gpu.compute_s), np.asarray(gpu.latency_s))
 
 
-def _checks(m: ModelSpec, system: System, tp: int, p: int, rows: Rows, c: Columns) -> list[NDArray[np.bool_]]:
+def _checks(b: _Batch) -> list[NDArray[np.bool_]]:
     """The feasibility constraints, in order (the first that fails names the reason)."""
+    m, system, tp, p, rows, c = b.m, b.system, b.tp, b.pp, b.rows, b.c
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
     host_cap = system.tier_capacity_per_device("host") or 0.0
     return [
@@ -250,9 +255,10 @@ def price_rows(
     n, p, mb = len(rows), pp, c.mb
     v = rows.virtual_stages.astype(np.float64)
     ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)  # link bytes and messages per channel
+    batch = _Batch(m, job, base, system, tp, pp, rows, c, ch_bytes, ch_msgs)
 
     # --- pricing (the roofline of estimate.resource_times, and combine)
-    times, rate = _roofline(system, base, job, rows, c, ch_bytes, ch_msgs)
+    times, rate = _roofline(batch)
     zeros = np.zeros(n)
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
@@ -261,11 +267,11 @@ def price_rows(
         operators = mb * c.layers_peak * OPERATORS_PER_LAYER * (3.0 + (rows.recompute == 2))
         step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
     else:
-        step, gpu_times = _gpu_step(m, job, base, system, kernels, tp, p, rows, c, times, rate, ch_bytes, ch_msgs)
+        step, gpu_times = _gpu_step(batch, kernels, times, rate)
         times = [gpu_times[0], *times[1:], gpu_times[1]]
 
     # --- feasibility, first failed constraint wins
-    reason = first_failed(_checks(m, system, tp, p, rows, c), n)
+    reason = first_failed(_checks(batch), n)
     nodes = system.num_devices
     price = system.price_per_hour_usd
     return Priced(

@@ -366,7 +366,8 @@ def test_a_prompt_over_a_long_cached_prefix_passes_its_queries_round_not_the_cac
     one = np.ones(1)
 
     def ring(new: float, cached: float) -> float:
-        return float(context_parallel_time(m, k, lay, 0 * one, one, new * one, cached * one, a, g, d)[0])
+        step = StepShape(0 * one, 0 * one, one, new * one, cached * one)
+        return float(context_parallel_time(m, k, lay, step, (a, g, d))[0])
 
     kv_per_token, q_per_token = 2 * g * d * 2.0, a * (2 * d * 2.0 + 4.0)
     assert q_per_token > kv_per_token  # GQA: a token's queries outweigh its K and V
