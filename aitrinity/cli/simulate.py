@@ -350,6 +350,7 @@ def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog
     from aitrinity.catalog import traces
     from aitrinity.sim.serving import simulate_serving
+    from aitrinity.spec.scenario import check_tp_heads
 
     trace, label = _trace(args)
     if args.instances < 1:
@@ -358,6 +359,9 @@ def _serving(args: argparse.Namespace) -> int:
     m, d = catalog.model(args.model), catalog.device(args.device)
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
+    check_tp_heads(m, args.tp, "--tp")
+    if args.tp > d.typical_devices_per_node:  # as diagnose and the planner place a TP group
+        raise SpecError("--tp", args.tp, f"at most the {d.typical_devices_per_node} GPUs of one {args.device} node")
     closed = _closed_loop(args)
     if args.cp > 1 and not (args.engine or closed):
         raise SpecError("--cp", args.cp, "1 without --engine or --concurrency (the operator model prices CP)")

@@ -328,11 +328,7 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     Raises SpecError naming the field (``plan.tp`` ...) for impossible configurations.
     """
     n = system.num_devices - (_check_disaggregation(plan, model, system, training) if plan.disaggregation else 0)
-    heads, kv = model.num_attention_heads, model.kv_heads
-    if heads % plan.tp:
-        raise SpecError("plan.tp", plan.tp, f"a divisor of num_attention_heads ({heads}) of {model.name}")
-    if kv % plan.tp and plan.tp % kv:
-        raise SpecError("plan.tp", plan.tp, f"a divisor or multiple of num_kv_heads ({kv}) of {model.name}")
+    check_tp_heads(model, plan.tp)
     _check_tp_domain("plan.tp", plan.tp, system)
     if plan.pp > model.num_layers:
         raise SpecError("plan.pp", plan.pp, f"at most num_layers ({model.num_layers})")
@@ -367,6 +363,16 @@ def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> 
     if not training and plan.virtual_stages > 1:
         raise SpecError("plan.virtual_stages", plan.virtual_stages, "1 for serving (no interleaved schedule)")
     return dp
+
+
+def check_tp_heads(model: ModelSpec, tp: int, field: str = "plan.tp") -> None:
+    """TP splits the attention heads: ``tp`` divides the query heads, and divides the KV heads or is a multiple of
+    them (the KV heads are then replicated), as the engines require."""
+    heads, kv = model.num_attention_heads, model.kv_heads
+    if heads % tp:
+        raise SpecError(field, tp, f"a divisor of num_attention_heads ({heads}) of {model.name}")
+    if kv % tp and tp % kv:
+        raise SpecError(field, tp, f"a divisor or multiple of num_kv_heads ({kv}) of {model.name}")
 
 
 def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:

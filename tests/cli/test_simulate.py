@@ -78,3 +78,18 @@ def test_a_context_parallel_instance_splits_each_long_prompt_over_its_groups(cap
     assert "2 clients on 1 instance(s) of 32 x h100-sxm (tp 8 x cp 4)" in capsys.readouterr().out
     assert main(["simulate", "serving", "--cp", "2", "--quiet"]) == 2  # a trace replay without --engine
     assert "--cp" in capsys.readouterr().err
+
+
+def test_an_instance_layout_the_engines_refuse_is_refused_in_one_line(capsys):
+    """``diagnose`` refuses a TP degree that does not split the attention heads, or that leaves one node (one NVLink
+    domain); ``simulate serving`` builds its instances from ``--tp`` and refuses the same, instead of pricing them."""
+    from aitrinity.cli.main import main
+
+    args = ["simulate", "serving", "--concurrency", "2", "--isl", "256", "--osl", "8", "--requests", "2"]
+    args += ["--model", "llama-3.1-70b", "--quiet"]
+    assert main([*args, "--tp", "3"]) == 2  # 64 heads, 8 KV heads
+    err = capsys.readouterr().err
+    assert "--tp" in err and "num_attention_heads (64)" in err and len(err.strip().splitlines()) == 1
+    assert main([*args, "--tp", "16"]) == 2  # an HGX H100 node holds 8
+    assert "at most the 8 GPUs of one h100-sxm node" in capsys.readouterr().err
+    assert main([*args, "--tp", "8"]) == 0
