@@ -59,8 +59,9 @@ def _scalar(value: str) -> Any:
 
 
 def _is_bandwidth(value: str) -> bool:
+    """``value`` has a bandwidth's form (its sign aside: a negative one is refused as a bandwidth, not as a name)."""
     try:
-        units.parse_bandwidth(value)
+        units.parse_bandwidth(value.strip().lstrip("-"))
     except UnitError:
         return False
     return not value.replace(".", "", 1).isdigit()  # a bare number is not a bandwidth here

@@ -74,15 +74,22 @@ UnitScale = Callable[[str, str], float | None]
 
 
 def _parse(value: Quantity, what: str, scale: UnitScale, hint: str) -> float:
-    """Shared grammar: a plain number is already SI; else ``<number> <unit>`` with ``scale(unit)``."""
+    """Shared grammar: a plain number is already SI; else ``<number> <unit>`` with ``scale(unit)``. Every quantity
+    read this way (a size, a bandwidth, a time, a rate, a count) is at least 0."""
     v = _number_or_text(value, what)
     if isinstance(v, float):
-        return _finite(v, value, what)
+        return _non_negative(_finite(v, value, what), value, what)
     num, unit = _split(v, what)
     factor = 1.0 if unit == "" else scale(unit, v)
     if factor is None:
         raise UnitError(f"cannot read {value!r} as {what}: {hint}")
-    return _finite(num * factor, value, what)
+    return _non_negative(_finite(num * factor, value, what), value, what)
+
+
+def _non_negative(x: float, text: object, what: str) -> float:
+    if x < 0:
+        raise UnitError(f"{text!r} is negative: expected {what} of at least 0")
+    return x
 
 
 _BYTES = re.compile(r"^(?P<p>[kKMGTPE]i?|)(?:B|byte|bytes)$")

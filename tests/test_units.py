@@ -73,6 +73,26 @@ def test_rejects(fn, text):
         fn(text)
 
 
+@pytest.mark.parametrize(
+    ("fn", "text"),
+    [
+        (units.parse_bytes, "-1GiB"),
+        (units.parse_bytes, -1),
+        (units.parse_bandwidth, "-5 Gbit/s"),
+        (units.parse_flops, "-1 TFLOPS"),
+        (units.parse_power, "-700 W"),
+        (units.parse_time, "-1s"),
+        (units.parse_count, "-3M"),
+        (units.parse_count, "-1"),
+    ],
+)
+def test_a_negative_quantity_is_refused_with_what_it_should_be(fn, text):
+    """``kv replay --capacity -1`` printed a replay of -512 tokens: no size, rate, time or count is below 0."""
+    with pytest.raises(UnitError, match=r"is negative: expected .* of at least 0"):
+        fn(text)
+    assert fn(str(text).lstrip("-")) >= 0 if isinstance(text, str) else fn(-text) >= 0
+
+
 def test_bandwidth_without_per_second_is_rejected_for_sizes():
     # "10 GB" is a size, and parse_bandwidth accepts a bare prefix+unit only with /s, ps or a bit unit
     with pytest.raises(UnitError):

@@ -183,6 +183,9 @@ def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
         name = cfg.get("_name_or_path") or p.parent.name or p.stem
         return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
     data = read_yaml(p)
+    if not isinstance(data, dict):  # said by its type: the file's text is not echoed back
+        got = "an empty file" if data is None else f"a YAML {type(data).__name__}"
+        raise SpecError.at(path, f"not a {_SINGULAR[kind]} file: expected a YAML mapping of its fields, got {got}")
     return validate(_type(kind, data) if cls is Scenario else cls, data, source=str(path))  # type: ignore[return-value]
 
 

@@ -192,6 +192,31 @@ def test_broken_yaml_is_a_one_line_error(tmp_path):
 # --- hostile files (issue 17) ----------------------------------------------------------------------------------
 
 
+def test_a_file_that_is_not_a_mapping_is_refused_without_echoing_its_text(tmp_path):
+    """A text file named as a scenario, device or suite (``trinity diagnose /etc/passwd``) printed its first line back
+    in the error; the error now says what the file is instead."""
+    from aitrinity.catalog.loader import suite
+    from aitrinity.errors import SpecError
+
+    secret = tmp_path / "passwd"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    for load, path, got in [
+        (catalog.load_scenario, secret, "got a YAML str"),
+        (catalog.device, secret, "got a YAML str"),
+        (suite, secret, "got a YAML str"),
+        (catalog.load_scenario, listed, "got a YAML list"),
+        (catalog.load_scenario, empty, "got an empty file"),
+    ]:
+        with pytest.raises(SpecError) as e:
+            load(str(path))
+        text = str(e.value)
+        assert "root:x" not in text and "expected a YAML mapping of its fields" in text and got in text, text
+
+
 def test_a_non_utf8_file_is_one_line(tmp_path):
     from aitrinity.catalog.loader import read_yaml
     from aitrinity.errors import SpecError
