@@ -6,7 +6,7 @@ keys), ``--set`` with odd values, unknown or hostile catalog names (paths, NUL b
 malformed traces and link traces, and odd numeric flags for plan, simulate, kv and validate. A case passes when
 
 * it exits 2 with at most a few lines on stderr (a user error, said), or
-* it exits 0 and its ``--json`` output holds only finite numbers, with no negative time (``*_s``) --
+* it exits 0 and its ``--json`` output holds only finite numbers, with no negative time, token count or capacity --
 
 and fails when it raises, prints ``internal error`` (a bug caught by main()), exits otherwise, or runs
 past ``--timeout`` seconds (a hang; SIGALRM). Slow commands (simulations, calibration, demos) get small
@@ -163,11 +163,13 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 def _bad_numbers(x: Any, path: str = "") -> Iterator[str]:
-    """Paths of non-finite numbers, and of negative times (keys ending in ``_s``), in a JSON document."""
+    """Paths of non-finite numbers, and of negative times, token counts and capacities (keys ending in ``_s``,
+    ``_tokens`` or ``capacity_bytes``), in a JSON document."""
     if isinstance(x, dict):
         for k, v in x.items():
             sub = f"{path}.{k}"
-            if isinstance(v, int | float) and not isinstance(v, bool) and str(k).endswith("_s") and v < 0:
+            never_negative = str(k).endswith(("_s", "_tokens", "capacity_bytes"))
+            if isinstance(v, int | float) and not isinstance(v, bool) and never_negative and v < 0:
                 yield f"{sub}={v}"
             yield from _bad_numbers(v, sub)
     elif isinstance(x, list):
