@@ -129,7 +129,9 @@ RUNS: tuple[PublishedRun, ...] = (
         (
             "1F1B for DualPipe (its bubble is smaller; its overlap of all-to-all with compute is the max overlap)",
             "selective recomputation for its recomputed norms and MLA up-projections",
-            "fp8 GEMMs at the catalog's fp8 rate; the multi-token-prediction module not counted",
+            "fp8 GEMMs at the catalog's fp8 rate",
+            "its multi-token-prediction module (D = 1, section 2.2) on the last stage, its block counted among that "
+            "stage's layers as Megatron-Core places it (the report does not give DualPipe's split)",
         ),
         system={"comm_sm_share": 20 / 132},  # section 3.2.2: its all-to-all kernels hold 20 of the H800's 132 SMs
     ),

@@ -50,6 +50,8 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
         known = sorted(_LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2"})
         raise SpecError("model_type", mtype, f"one of {known}", source=where)
     data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
+    if cfg.get("num_nextn_predict_layers"):  # DeepSeek-V3 / R1, GLM-4.5: multi-token-prediction modules
+        data["mtp_layers"] = cfg["num_nextn_predict_layers"]  # validated with the rest (an integer 0..16)
     q = cfg.get("quantization_config")
     if isinstance(q, dict) and q.get("quant_method") == "fp8" and q.get("weight_block_size"):
         block = q["weight_block_size"]  # [128, 128]: the checkpoint's fp8 weights carry a scale per block

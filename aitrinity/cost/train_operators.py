@@ -166,10 +166,16 @@ def stage_times(
         e = k.elementwise(rows * m.hidden_size * 2.0 * 2.0)
         out = out + ClassTimes(zero, zero, zero, 3.0 * e)
     if last:  # final norm, LM head (forward + 2 backward GEMMs), fp32 logits through the loss
-        head = 3.0 * k.gemm(rows, m.vocab_size // tp, m.hidden_size, mb.dtype)
-        loss = k.elementwise(rows * m.vocab_size / tp * 4.0 * 5.0)  # logits out, softmax, loss, gradient
-        reduce = 3.0 * k.all_reduce(rows * 4.0, tp)  # vocab-parallel max, sum and target logit
+        heads = 1.0 + m.mtp_layers  # each multi-token-prediction module predicts through the same head again
+        h = m.hidden_size
+        head = heads * 3.0 * k.gemm(rows, m.vocab_size // tp, h, mb.dtype)
+        loss = heads * k.elementwise(rows * m.vocab_size / tp * 4.0 * 5.0)  # logits out, softmax, loss, gradient
+        reduce = heads * 3.0 * k.all_reduce(rows * 4.0, tp)  # vocab-parallel max, sum and target logit
         out = out + ClassTimes(head, zero, reduce, loss)
+        if m.mtp_layers:  # which first projects [norm(hidden); norm(next embedding)], 2h -> h; its block is a layer
+            proj = m.mtp_layers * 3.0 * k.gemm(rows, h // tp, 2 * h, mb.dtype)
+            norms = m.mtp_layers * 3.0 * k.elementwise(rows * 2 * h * 2.0 * 2.0)
+            out = out + ClassTimes(proj, zero, zero, norms)
     return out
 
 

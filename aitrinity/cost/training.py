@@ -122,10 +122,49 @@ def _stage_bounds(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
 
 def stage_layers(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
     """(dense layers, MoE layers) of pipeline stage ``stage``, by where the model's MoE layers sit
-    (:meth:`ModelSpec.moe_layers_below`: dense layers first, then every ``layer_step``-th)."""
-    lo, hi = stage_bounds(m.num_layers, pp, stage)
-    moe = m.moe_layers_below(hi) - m.moe_layers_below(lo)
-    return hi - lo - moe, moe
+    (:meth:`ModelSpec.moe_layers_below`: dense layers first, then every ``layer_step``-th). The blocks of the
+    multi-token-prediction modules (:attr:`ModelSpec.mtp_layers`), each like the model's deepest layer, come after
+    it and are split with the layers (:func:`stage_bounds`), so the last stage trains them in place of as many of its
+    own layers (Megatron-Core counts them in the last stage's layers the same way); the rest of each module, its
+    projection and its pass through the output head, is on the last stage (:func:`mtp_extra_params`,
+    :func:`mtp_extra_flops`)."""
+    n = m.num_layers
+    lo, hi = stage_bounds(n + m.mtp_layers, pp, stage)  # the modules' blocks follow the deepest layer
+    moe = m.moe_layers_below(min(hi, n)) - m.moe_layers_below(min(lo, n))
+    dense = min(hi, n) - min(lo, n) - moe
+    mtp = hi - max(lo, n)
+    if mtp > 0:
+        moe, dense = (moe + mtp, dense) if _deepest_is_moe(m) else (moe, dense + mtp)
+    return dense, moe
+
+
+def _deepest_is_moe(m: ModelSpec) -> bool:
+    return m.moe_layers_below(m.num_layers) > m.moe_layers_below(m.num_layers - 1)
+
+
+def mtp_extra_params(m: ModelSpec) -> int:
+    """Parameters of the multi-token-prediction modules outside their transformer blocks: per module, the RMSNorms
+    of the hidden state and of the next token's embedding and the ``2h x h`` projection of the two (DeepSeek-V3
+    report, §2.2); the embedding and the output head are the model's own."""
+    h = m.hidden_size
+    return m.mtp_layers * (2 * norm_params(m, h) + 2 * h * h)
+
+
+def mtp_extra_flops(m: ModelSpec) -> float:
+    """Forward FLOPs per token of the multi-token-prediction modules outside their blocks: the projection and a
+    second pass through the shared output head."""
+    h = m.hidden_size
+    return m.mtp_layers * (2.0 * 2 * h * h + 2.0 * m.vocab_size * h)
+
+
+def training_token_flops(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs one training token costs: the model's (full ``s x s`` scores, Narayanan et al. 2021, eq. 3) and
+    its multi-token-prediction modules' -- a block like the deepest layer, its projection and the head again."""
+    f = token_flops(m).dense + score_flops_per_query(m, seq_len)
+    if m.mtp_layers:
+        deepest = layer_dense_flops(m, moe_layer=_deepest_is_moe(m))
+        f += m.mtp_layers * (deepest.dense + score_flops_per_query(m, seq_len) / m.num_layers) + mtp_extra_flops(m)
+    return f
 
 
 def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:
@@ -148,6 +187,7 @@ def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:
         rep += m.vocab_size * h + m.learned_positions * h
     if stage == lay.pp - 1:
         rep += norm_params(m, h) + (m.vocab_size * h if (not m.tie_embeddings or lay.pp > 1) else 0)
+        rep += mtp_extra_params(m)
     return rep / lay.tp, expert / lay.tp
 
 
@@ -229,7 +269,7 @@ def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: in
         dl, ml = stage_layers(m, pp, st)
         per_tok = dl * layer_dense_flops(m, False).dense + (ml * layer_dense_flops(m, True).dense if ml else 0.0)
         if st == pp - 1:
-            per_tok += 2.0 * m.vocab_size * m.hidden_size
+            per_tok += 2.0 * m.vocab_size * m.hidden_size + mtp_extra_flops(m)
         score = (dl + ml) / m.num_layers * score_flops_per_query(m, job.seq_len)
         if per_tok + score > best[0]:
             best = (per_tok + score, per_tok, score)
@@ -506,8 +546,7 @@ def columns(
         recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
     period = _per_row(syncs, comp, "period")
     exchange = params_peak * _per_row(syncs, comp, "flops_per_param") / period
-    tf = token_flops(m)
-    model_total = 3.0 * float(job.global_batch * s) * (tf.dense + score_flops_per_query(m, s))
+    model_total = 3.0 * float(job.global_batch * s) * training_token_flops(m, s)
 
     # --- HBM traffic on the busiest device (lower bound: each operand moved once per use)
     w_dev, g_dev = params_peak * wb, params_peak * gb

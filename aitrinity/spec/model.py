@@ -103,6 +103,13 @@ class ModelSpec(Spec):
     """The block of its published fp8 checkpoint's weight scales (``config.json``'s
     ``quantization_config.weight_block_size``: 128 x 128 for DeepSeek-V3 / R1 and Kimi-K2); None: no such
     checkpoint, or per-tensor scales. An fp8 plan of such a model runs the engines' block-scaled kernels."""
+    mtp_layers: int = Field(default=0, ge=0, le=16)
+    """Multi-token-prediction modules (DeepSeek-V3 report, §2.2; ``config.json``'s ``num_nextn_predict_layers``): each
+    predicts one more future token from the previous depth's last hidden state and that token's embedding -- an
+    RMSNorm of each, a ``2h x h`` projection, one transformer block like the model's deepest and the shared output
+    head. Training trains them beside the model, on its last pipeline stage; serving loads them only as a speculative
+    decoder's draft (``speculative-decoding`` with ``draft_layers``). The published totals leave them out
+    (DeepSeek-V3: 671B parameters without its 14B module), and so does the parameter count."""
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

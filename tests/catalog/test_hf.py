@@ -186,7 +186,7 @@ def test_catalog_entries_match_the_released_configs(name):
     assert count(shipped).total == count(entry).total
     assert count(shipped).active(shipped) == count(entry).active(entry)
     fields = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "vocab_size", "moe", "mla")
-    for field in (*fields, "intermediate_size", "local_layers", "sliding_window"):
+    for field in (*fields, "intermediate_size", "local_layers", "sliding_window", "mtp_layers"):
         assert getattr(shipped, field) == getattr(entry, field), field
 
 

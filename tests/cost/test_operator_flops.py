@@ -112,3 +112,17 @@ _BYTES = SimpleNamespace(  # the roofline's decode attention at 1 byte/s and no 
     params=SimpleNamespace(attention=SimpleNamespace(launch_s=0.0, decode_memory_efficiency=1.0)),
     memory_bandwidth_Bps=1.0,
 )
+
+
+def test_the_last_stage_trains_the_multi_token_prediction_modules_projection_and_head_pass():
+    """DeepSeek-V3's MTP module (report §2.2) on the last stage: besides its block (a layer, counted in the stage's
+    layers), forward and backward through its 2h x h projection and a second pass through the output head."""
+    from aitrinity.cost.train_operators import stage_times
+
+    m, k, s = catalog.model("deepseek-v3"), _Flops(), 4096
+    bare = m.model_copy(update={"mtp_layers": 0})
+    last, plain = (stage_times(x, k, 1, 1, _mb(s=s), 0, 2, first=False, last=True) for x in (m, bare))
+    h = m.hidden_size
+    assert float(last.gemm - plain.gemm) == pytest.approx(3.0 * s * (2 * m.vocab_size * h + 2 * 2 * h * h), rel=1e-9)
+    middle = [stage_times(x, k, 1, 1, _mb(s=s), 0, 2, first=False, last=False) for x in (m, bare)]
+    assert float(middle[0].gemm) == float(middle[1].gemm)  # nothing of it elsewhere

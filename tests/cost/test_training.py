@@ -153,6 +153,36 @@ def test_uneven_pipeline_split_gives_the_middle_stages_the_extra_layers():
         assert led.parallelism.pp == pp
 
 
+def test_the_multi_token_prediction_module_trains_on_the_last_stage_among_its_layers():
+    """DeepSeek-V3 trains one MTP module beside its 61 layers (report §2.2, D = 1): a block like its deepest (MoE)
+    layer, split with the layers -- 62 blocks on 16 stages leave the last stage two of the model's layers and the
+    module's -- plus the module's 2h x h projection and a second pass through the output head. Without the module the
+    split, the FLOPs and the step are the model's alone; the published parameter count leaves the module out."""
+    from aitrinity.cost.flops import layer_dense_flops, score_flops_per_query, token_flops
+    from aitrinity.cost.params import count
+    from aitrinity.cost.training import mtp_extra_flops, stage_layers, training_token_flops
+
+    m = catalog.model("deepseek-v3")
+    bare = m.model_copy(update={"mtp_layers": 0})
+    assert m.mtp_layers == 1 and count(m).total == count(bare).total  # 671B either way
+    with_mtp = [stage_layers(m, 16, st) for st in range(16)]
+    without = [stage_layers(bare, 16, st) for st in range(16)]
+    assert with_mtp[-1] == (0, 3) and without[-1] == (0, 3)  # 2 layers + the module's block, or 3 layers
+    assert sum(d + e for d, e in with_mtp) == 62 and sum(d + e for d, e in without) == 61
+    assert stage_layers(m, 1, 0) == (3, 59)  # one stage: the 58 MoE layers and the module's
+    h, s = m.hidden_size, 4096
+    module = layer_dense_flops(m, moe_layer=True).dense + score_flops_per_query(m, s) / m.num_layers
+    assert mtp_extra_flops(m) == pytest.approx(2 * 2 * h * h + 2 * m.vocab_size * h)
+    assert training_token_flops(m, s) == pytest.approx(
+        token_flops(m).dense + score_flops_per_query(m, s) + module + mtp_extra_flops(m)
+    )
+    assert training_token_flops(bare, s) == token_flops(bare).dense + score_flops_per_query(bare, s)
+    job, plan, system = TrainingJob(seq_len=s, global_batch=512), Plan(pp=16, ep=8), make_system(n=256)
+    a, b = (training_ledger("t", x, job, plan, system).phases[0].flops for x in (m, bare))
+    assert a.model_total / b.model_total == pytest.approx(training_token_flops(m, s) / training_token_flops(bare, s))
+    assert a.model_total > b.model_total
+
+
 @pytest.mark.parametrize(
     ("model", "pp", "n", "job"),
     [
