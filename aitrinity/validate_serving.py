@@ -45,6 +45,7 @@ from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.errors import SpecError, TrinityError
 from aitrinity.spec.hardware import DeviceSpec
 from aitrinity.spec.model import ModelSpec
+from aitrinity.spec.scenario import check_tp_heads
 
 DEVICE_OF_SYSTEM = {system: device for device, system in reversed(SYSTEM_OF_DEVICE.items())}
 """Table folder -> catalog device (the first catalog device listed for it: a100_sxm is the 80 GB part)."""
@@ -253,6 +254,10 @@ def _pool(m: ModelSpec, raw: dict[str, str], prefix: str) -> _Pool:
     tp, pp, dp = (_int(raw, f"{prefix}{k}_size") for k in ("tp", "pp", "attention_dp"))
     if min(tp, pp, dp) < 1:
         raise _Skip(f"{prefix}tp/pp/attention_dp sizes below 1")
+    try:
+        check_tp_heads(m, tp, f"{prefix}tp_size")
+    except SpecError as e:
+        raise _Skip(str(e)) from None
     ep = 1
     if m.moe:  # the MoE split; a dense model's moe_* columns say nothing (the files hold 1 or 0 there)
         ep, moe_tp = _int(raw, f"{prefix}moe_ep_size", 0), _int(raw, f"{prefix}moe_tp_size", 0)

@@ -166,13 +166,17 @@ BAD = {  # id: (row, the reason it is skipped)
         _row("ep-not-gpus", "deepseek-ai/DeepSeek-V3", tp_size=8, moe_tp_size=2, moe_ep_size=8),
         "moe_tp x moe_ep (2 x 8) is not the 8 GPUs",
     ),
+    "tp-not-dividing-heads": (  # an engine refuses it: vLLM asks tp to divide the attention heads
+        _row("tp-not-dividing-heads", "Qwen/Qwen3-32B", tp_size=3),
+        "tp_size: got 3, expected a divisor of num_attention_heads (64) of qwen3-32b",
+    ),
 }
 
 
 def test_attention_dp_expert_parallel_pipeline_and_disaggregated_runs_are_priced(tmp_path):
     """Every layout the format describes is priced: DP attention + EP MoE, attention TP + EP MoE, MoE TP, dense
     attention DP, PP, and disaggregated pools of dense and MoE models; a MoE split that cannot exist is skipped
-    with its reason."""
+    with its reason, and so is a TP degree that does not split the attention heads."""
     f = tmp_path / "runs.csv"
     f.write_text("\n".join([",".join(HEADER), *(r for r, _ in LAYOUTS.values()), *(r for r, _ in BAD.values())]))
     report = vs.validate(f, tables=False)
