@@ -51,10 +51,14 @@ def add_parser(sub: Any) -> None:
 def _get(url: str, path: str) -> bytes:
     import http.client  # here, not at the top: it pulls in ssl, which every other command would pay for at start-up
 
-    u = urllib.parse.urlsplit(url)
-    if u.scheme != "http" or not u.hostname:
+    try:  # urllib raises ValueError on a malformed host ("http://[::1") or port ("http://h:99999")
+        u = urllib.parse.urlsplit(url)
+        host, port = u.hostname, u.port or 80
+    except ValueError as e:
+        raise SpecError("URL", url, f"an http:// URL of a vLLM server ({e})") from None
+    if u.scheme != "http" or not host:
         raise SpecError("URL", url, "an http:// URL of a vLLM server")
-    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
+    c = http.client.HTTPConnection(host, port, timeout=10)
     try:
         c.request("GET", path)
         r = c.getresponse()

@@ -138,3 +138,13 @@ def test_a_url_that_is_not_a_server_is_one_line(tmp_path: Path) -> None:
         timeout=60,
     )
     assert p.returncode == 2 and "reachable vLLM server" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(("url", "why"), [("http://[::1", "Invalid IPv6 URL"), ("http://h:99999", "Port out of range")])
+def test_a_malformed_url_is_one_line(url: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """urllib raises ValueError on a malformed host or port; it was an internal error."""
+    from aitrinity.cli.main import main
+
+    assert main(["watch", url, "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert why in err and "internal error" not in err and err.count("\n") == 1
