@@ -38,6 +38,7 @@ from aitrinity.errors import TrinityError
 from aitrinity.ui import whatif
 
 MAX_BODY = 64 * 1024
+IDLE_S = 30.0
 _LOCK = threading.Lock()
 """One what-if at a time: the library's memo caches are not shared across threads' writes."""
 
@@ -70,6 +71,10 @@ class _Refused(Exception):
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "trinity-ui"
+    timeout = IDLE_S
+    """Seconds a connection may stay silent (:class:`socketserver.StreamRequestHandler` sets it on the socket): a
+    client that promises a body and never sends it, or never finishes its headers, is dropped instead of holding a
+    thread for ever."""
     quiet = False
     hosts: frozenset[str] = frozenset()
     """Filled in by :func:`make_server` once the port is known."""
@@ -163,7 +168,12 @@ class Handler(BaseHTTPRequestHandler):
         if length <= 0:
             raise _Refused(HTTPStatus.BAD_REQUEST, f"a JSON body of 1 to {MAX_BODY} bytes")
         try:
-            form = whatif.Form.model_validate_json(self.rfile.read(length))
+            body = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            raise _Refused(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {self.timeout:g} s") from None
+        try:
+            form = whatif.Form.model_validate_json(body)
         except ValidationError as e:
             raise _Refused(HTTPStatus.BAD_REQUEST, _form_error(e)) from None
         with _LOCK:

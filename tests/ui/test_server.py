@@ -241,3 +241,35 @@ def test_a_non_loopback_host_is_warned_about(capsys, monkeypatch):
     with pytest.raises(SpecError):
         cli_ui.run(argparse.Namespace(host="127.0.0.1", port=1, quiet=True, warm=False, json=False))
     assert "not loopback" not in capsys.readouterr().err
+
+
+def test_a_body_that_never_arrives_is_answered_408_and_the_connection_dropped(monkeypatch):
+    """A client that declares a body and sends part of it held a handler thread for ever (no socket timeout): a
+    local slowloris. The connection now times out after ``Handler.timeout`` seconds of silence."""
+    import socket
+
+    from aitrinity.ui import server as ui_server
+
+    assert ui_server.Handler.timeout is not None and 0 < ui_server.Handler.timeout <= 60  # the default drops them too
+    monkeypatch.setattr(ui_server.Handler, "timeout", 1.0)
+    server = make_server("127.0.0.1", 0, quiet=True)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        port = server.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(
+                f"POST /api/whatif HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                'Content-Length: 1000\r\n\r\n{"scenario":'.encode()
+            )
+            reply = b""
+            while chunk := s.recv(4096):  # the server answers, then closes: recv returns b""
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.0 408") or reply.startswith(b"HTTP/1.1 408"), reply[:80]
+        assert b"did not arrive within 1 s" in reply
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:  # headers never finished: dropped
+            s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1")
+            assert s.recv(4096) == b""
+    finally:
+        server.shutdown()
+        server.server_close()
