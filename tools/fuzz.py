@@ -332,8 +332,41 @@ class Cases:
             argv += ["--model", self.rng.choice(HOSTILE_NAMES)]
         return argv
 
+    def serving(self) -> list[str]:
+        """``simulate serving`` as a fixed-concurrency benchmark (a few requests, so that a case stays short)."""
+        pick = self.rng.choice
+        argv = ["simulate", "serving", "--json", "--quiet", "--requests", pick(["1", "3", "0", "-2"])]
+        argv += ["--concurrency", pick(["1", "4", "0", "x", "1e9"]), "--isl", pick(["1", "512", "0", "-5", "nan"])]
+        argv += ["--osl", pick(["1", "16", "0", "1e99"])]
+        if self.rng.random() < 0.5:
+            argv += ["--tp", pick(["1", "2", "3", "16", "0", "-1"]), "--model", pick(["llama-3.1-70b", *HOSTILE_NAMES])]
+        if self.rng.random() < 0.3:
+            argv += ["--cp", pick(["1", "2", "3", "0"]), "--engine", pick(["vllm", "trtllm", "sglang", "x"])]
+        if self.rng.random() < 0.3:
+            argv += ["--dtype", pick(["fp8", "fp4", "int1"]), "--token-budget", pick(["1", "8192", "0", "-1"])]
+        if self.rng.random() < 0.2:
+            argv += ["--prefix-cache", pick(["local", "global", "x"]), "--capacity", pick(["1M", "-1", "nan", "0"])]
+        return argv
+
+    def kv_plan(self) -> list[str]:
+        argv = ["kv", "plan", self.trace(), "--json", "--quiet", "--target", self.rng.choice(["0.2", "0", "2", "nan"])]
+        if self.rng.random() < 0.6:
+            tiers = self.rng.choice(["host-dram=-1GiB", "host-dram=1TiB,nvme-gen4=nan", "nope=1GiB", "host-dram", ""])
+            argv += ["--tiers", tiers]
+        return argv
+
+    def watch(self) -> list[str]:
+        """Only URLs that cannot reach a server (malformed, another scheme, a closed loopback port): refused in one
+        line, never an internal error."""
+        url = self.rng.choice(
+            ["http://[::1", "http://h:99999", "ftp://x", "http://", "", "http://127.0.0.1:1", "http://a b", "\x00"]
+        )
+        return ["watch", url, "--count", "1", "--period", self.rng.choice(["0.1", "0", "-1", "nan"])]
+
     def simulate(self) -> list[str]:
-        which = self.rng.choice(["edge-stream", "training-link", "diurnal-serving"])
+        which = self.rng.choice(["edge-stream", "training-link", "diurnal-serving", "serving"])
+        if which == "serving":
+            return self.serving()
         argv = ["simulate", which, "--json", "--quiet"]
         if which == "edge-stream":
             argv += ["--duration", self.rng.choice(["inf", "nan", "1e-9", "0", "-3", "2", "x"])]
@@ -362,6 +395,8 @@ class Cases:
                 ["calibrate", "--quick", "--tdp", self.rng.choice(["0W", "-1W", "nanW", "x"]), "-o", "/nonexistent/c"],
                 ["hardware", "compare", self.rng.choice(HOSTILE_NAMES), "--json"],
                 ["completion", self.rng.choice(["bash", "tcsh", ""])],
+                self.kv_plan(),
+                self.watch(),
                 [self.rng.choice(["frobnicate", "--frob", ""])],
             ]
         )

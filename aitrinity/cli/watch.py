@@ -51,14 +51,14 @@ def add_parser(sub: Any) -> None:
 def _get(url: str, path: str) -> bytes:
     import http.client  # here, not at the top: it pulls in ssl, which every other command would pay for at start-up
 
-    try:  # urllib raises ValueError on a malformed host ("http://[::1") or port ("http://h:99999")
+    try:  # urllib: ValueError on a malformed host ("http://[::1") or port (":99999"); http.client: InvalidURL ("a b")
         u = urllib.parse.urlsplit(url)
         host, port = u.hostname, u.port or 80
-    except ValueError as e:
+        if u.scheme != "http" or not host:
+            raise ValueError("not http://HOST[:PORT]")
+        c = http.client.HTTPConnection(host, port, timeout=10)
+    except (ValueError, http.client.InvalidURL) as e:
         raise SpecError("URL", url, f"an http:// URL of a vLLM server ({e})") from None
-    if u.scheme != "http" or not host:
-        raise SpecError("URL", url, "an http:// URL of a vLLM server")
-    c = http.client.HTTPConnection(host, port, timeout=10)
     try:
         c.request("GET", path)
         r = c.getresponse()
@@ -66,6 +66,8 @@ def _get(url: str, path: str) -> bytes:
         if r.status != 200:
             raise SpecError("URL", url, f"a vLLM server (GET {path} answered HTTP {r.status})")
         return body
+    except http.client.HTTPException as e:  # something answered, but not in HTTP
+        raise SpecError("URL", url, f"a vLLM server (GET {path}: {type(e).__name__})") from None
     except OSError as e:
         raise SpecError("URL", url, f"a reachable vLLM server ({e})") from e
     finally:

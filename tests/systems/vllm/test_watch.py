@@ -140,11 +140,45 @@ def test_a_url_that_is_not_a_server_is_one_line(tmp_path: Path) -> None:
     assert p.returncode == 2 and "reachable vLLM server" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize(("url", "why"), [("http://[::1", "Invalid IPv6 URL"), ("http://h:99999", "Port out of range")])
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://h:99999", "Port out of range"),
+        ("http://a b", "control characters"),
+    ],
+)
 def test_a_malformed_url_is_one_line(url: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """urllib raises ValueError on a malformed host or port; it was an internal error."""
+    """urllib raises ValueError on a malformed host or port, http.client InvalidURL on a space in the host: each was an
+    internal error (the last found by tools/fuzz.py once it fuzzed watch)."""
     from aitrinity.cli.main import main
 
     assert main(["watch", url, "--count", "1"]) == 2
     err = capsys.readouterr().err
     assert why in err and "internal error" not in err and err.count("\n") == 1
+
+
+def test_a_server_that_does_not_speak_http_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"SSH-2.0-not-http\r\n\r\n")
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    from aitrinity.cli.main import main
+
+    try:
+        assert main(["watch", f"http://127.0.0.1:{port}", "--count", "1"]) == 2
+    finally:
+        t.join(10)
+        srv.close()
+    err = capsys.readouterr().err
+    assert "BadStatusLine" in err and "internal error" not in err and err.count("\n") == 1
