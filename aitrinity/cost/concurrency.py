@@ -67,6 +67,10 @@ through the waves instead of carrying them: the same count of wave steps, each w
 round repeats exactly, however many steps its wave takes. A first-token lag of ``L`` steps (an overlap scheduler)
 adds the ``L`` steps after a prompt's own. SGLang's profile is of this kind (:data:`ENGINE_PROFILES`).
 
+A request of one output token (``osl = 1``: a prefill-only workload, scoring, a router) has no step after its first
+token, so no TPOT: it is 0, as the simulator and the serving benchmarks count it (vLLM's ``bench serve`` keeps no
+TPOT sample for such a request), and a TPOT objective cannot refuse it.
+
 More clients than KV slots (``kv_slots``, :mod:`aitrinity.cost.kv_pool`: the requests the engine's KV pool holds
 at once): ``n`` of the ``c`` requests run and the others wait for one to finish. The running ones are priced as
 above with ``n`` clients, each holding its slot for ``S = TTFT_n - t_request + (osl - 1)·TPOT_n``; the slots never
@@ -336,6 +340,7 @@ def steady_state(
         wave = np.zeros(c.shape)
     else:
         steps, tpot, wave = _drifting(prof, c, s_out, dec.total, mix.total, extra, chunk.total, alone)
+    tpot = np.where(s_out > 1.0, tpot, 0.0)  # one output token: no step after the first (NO_TPOT)
     ttft = prof.request_overhead_s + steps + wave
     queue = _slot_wait(prof, clients, c, ttft, s_out, tpot)
     ttft = ttft + queue
@@ -351,7 +356,7 @@ def steady_state(
         slot_wait_s=queue,
         prefill_steps_s=steps,
         wave_wait_s=wave,
-        interference_s=tpot - dec.total,
+        interference_s=np.where(s_out > 1.0, tpot - dec.total, 0.0),
         decode_step=dec,
         mixed_step=mix,
     )

@@ -162,7 +162,7 @@ def disaggregated_steady_state(
         return speculative_step(m, k, decode.layout, np.maximum(n, 1.0), ctx, speculation, prof.step_overhead_s)
 
     x, n_dec, dec = _settle(c, clients, rp, rd, decode.batch, steps, prof.request_overhead_s + transfer, pre, decode_at)
-    tpot = dec.total
+    tpot = np.where(s_out > 1.0, dec.total, 0.0)  # one output token: no TPOT (cost.concurrency's module doc)
     z = prof.request_overhead_s + transfer + steps * tpot
     prefill_s, wave = _prefill_wait(prof, pre, x, clients, z)
     ttft = prof.request_overhead_s + prefill_s + wave

@@ -82,7 +82,7 @@ def estimate_disaggregated(
     )
     base = priced_resources(ledger, system)
     phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]
-    ttft, tpot = phases[0].time_s, phases[1].time_s
+    ttft, tpot = phases[0].time_s, phases[1].time_s if job.output_tokens > 1 else 0.0  # one output token: no TPOT
     latency = ttft + float(ds.transfer_s) + (job.output_tokens - 1) * tpot  # on the phases (a roofline floor holds)
     pools = PoolMetrics(
         prefill_devices=d.prefill_devices,

@@ -629,8 +629,8 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         with_operators(base.phases[0], system, ttft, mix_total, [queue, slots], pre_parts),
         with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
     ]
-    ttft, tpot = phases[0].time_s, phases[1].time_s
     c, osl = max(f.batch, 1), f.output_tokens
+    ttft, tpot = phases[0].time_s, phases[1].time_s if osl > 1 else 0.0  # one output token: no TPOT
     latency = ttft + (osl - 1) * tpot
     serving = concurrency_metrics(system, ttft, tpot, latency, c * osl / latency * f.replicas)
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})

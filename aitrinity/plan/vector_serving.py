@@ -273,6 +273,8 @@ def _concurrency_metrics(
     pre, dec = phases
     ttft, tpot, binding = _steady(system, rows, pre, dec, runs, answer)
     n_out = job.output_tokens
+    if n_out == 1:  # no step after the first token: no TPOT (cost.concurrency's module doc)
+        tpot = np.zeros_like(tpot)
     latency = ttft + (n_out - 1) * tpot
     replicas = _replicas(system, rows)
     rate = rows.batch.astype(np.float64) * n_out / latency * replicas

@@ -1,6 +1,7 @@
 """Fixed-concurrency steady state: Little's law, and the order of the times."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,3 +218,25 @@ def test_a_prompt_longer_than_the_token_budget_is_not_repeated_by_the_other_step
     expected = prof.request_overhead_s + float(long.mixed_step.total) + busy * (prof.prefill_steps - 1.0) * budget
     assert float(long.ttft_s) == pytest.approx(expected + lag + queued)
     assert float(long.ttft_s) < prof.request_overhead_s + prof.prefill_steps * float(long.mixed_step.total)
+
+
+def test_a_one_token_output_has_no_tpot_in_the_estimate_the_planner_or_the_simulator(setup):
+    """osl = 1 (scoring, a router, a prefill benchmark): no step follows the first token. The amortised share of the
+    other clients' prompts made TPOT 93 ms here (24.5 s on the built-in long-context example), and a TPOT objective
+    then refused every plan of a workload that has no TPOT. It is 0, as the simulator and vLLM's bench count it."""
+    from aitrinity import api
+    from aitrinity.sim.serving import replay_benchmark
+
+    m, k, lay = setup
+    one, two = (steady_state(m, k, lay, 8, 1024, osl) for osl in (1, 2))
+    assert float(one.tpot_s) == 0.0 and float(one.interference_s) == 0.0 and float(two.tpot_s) > 0.0
+    assert float(one.request_latency_s) == float(one.ttft_s)
+    sim = replay_benchmark(m, k, lay, catalog.device("h100-sxm"), 8, 1024, 1, rounds=2)
+    assert sim.tpot_s.mean == 0.0
+    scenario, over = "llama-70b-serving-long-context", ["workload.serving.output_tokens=1"]
+    assert api.diagnose(scenario, over).estimate.serving.tpot_s == 0.0
+    example = Path(__file__).resolve().parents[2] / "examples" / "deepseek-r1-gb200-nvl72-disaggregated.yaml"
+    pools = api.diagnose(str(example), over).estimate.serving
+    assert pools is not None and pools.tpot_s == 0.0 and pools.pools is not None  # disaggregated pools too
+    rep = api.plan(scenario, "throughput", 1, over, tpot_slo="1ms")
+    assert "TPOT above the SLO" not in {r.reason for r in rep.search.infeasible} and rep.search.best is not None
