@@ -245,6 +245,11 @@ def _serving_verdict(est: Estimate, phases: list[PhaseDiagnosis]) -> str:
             f" Device memory holds {f.running} of the {f.batch} clients' requests at once; the others wait for a slot"
             " (fewer clients, a smaller KV cache -- quantized or offloaded -- or more devices shorten the wait)."
         )
+    if f is not None and f.output_tokens == 1:  # nothing is decoded after the first token
+        return (
+            f"Prefill is bound by {pre.binding_label} ({pre.binding_share:.0%}); freeing it would make prefill "
+            f"{_x(pre.speedup_if_free)} faster. One output token: no decode steps.{kv_note} {_metrics(est)}"
+        )
     return (
         f"Prefill is bound by {pre.binding_label} ({pre.binding_share:.0%}), decode by {dec.binding_label} "
         f"({dec.binding_share:.0%}); freeing the first would make prefill {_x(pre.speedup_if_free)} faster, "
@@ -262,5 +267,7 @@ def _metrics(est: Estimate) -> str:
         return f"MFU {t.mfu:.0%}, {t.tokens_per_s:,.0f} tokens/s."
     if est.serving:
         s = est.serving
-        return f"TTFT {format_time(s.ttft_s)}, TPOT {format_time(s.tpot_s)}, {s.output_tokens_per_s:,.0f} tokens/s."
+        one_token = est.ledger.serving is not None and est.ledger.serving.output_tokens == 1  # no TPOT
+        tpot = "" if one_token else f", TPOT {format_time(s.tpot_s)}"
+        return f"TTFT {format_time(s.ttft_s)}{tpot}, {s.output_tokens_per_s:,.0f} tokens/s."
     return ""
