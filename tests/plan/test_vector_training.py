@@ -53,6 +53,8 @@ CASES = [
         {"host_memory": "host-dram", "overlap": "partial", "comm_sm_share": 0.15},
     ),
     ("deepseek-v3", 32, 8, 8, 1, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=2), {"overlap": "sum"}),
+    # its multi-token-prediction module's block among the last of 4 stages' layers, its head pass on that stage
+    ("deepseek-v3", 64, 8, 4, 4, TrainingJob(seq_len=4096, global_batch=64), Plan(ep=4), {}),
     ("llama-3.1-8b", 8, 4, 4, 1, TrainingJob(seq_len=1024, global_batch=24), Plan(), {"host_memory": "host-dram"}),
     (  # the scenario's local SGD applies to every candidate (synchronise every 4 steps; no ZeRO-3)
         "llama-3.1-8b",
