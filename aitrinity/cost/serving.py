@@ -548,6 +548,12 @@ class ServingArrays:
         pc = self._params
         weights = (pc.non_expert + pc.routed_experts / r.ep) * wq / (r.tp * r.pp)
         kv = batch * kv_tokens_held(m, context) * kv_tok
+        sp = self.fx.speculation
+        if sp is not None:  # the draft's own blocks and their KV; it shares the embedding and the output head
+            pd = count(draft_model(m, sp))
+            blocks = pd.non_expert - pd.embedding - pd.lm_head + pd.routed_experts / r.ep
+            weights = weights + blocks * wq / (r.tp * r.pp)
+            kv = kv * (1.0 + sp.draft_layers / m.num_layers)
         work = np.minimum(batch * prompt, plan.prefill_chunk_tokens) / self._cp * workspace_width(m, r.tp)
         buffers = work * BYTES_PER_DTYPE[plan.compute_dtype] + batch * logits_bytes_per_sequence(m)
         return MemoryColumns(weights, kv, buffers, self.fx.prefix_capacity_bytes / (r.tp * r.pp))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aitrinity import api
+from aitrinity import api, catalog
 from aitrinity.cost.speculation import Speculation
 from aitrinity.errors import SpecError
 from aitrinity.plan import registry
@@ -54,6 +54,23 @@ def test_it_spends_flops_to_relieve_bytes_per_output_token():
     spec = api.diagnose(_scenario(8, True)).estimate.ledger.phases[1]
     assert spec.flops.forward > plain.flops.forward
     assert spec.hbm_bytes < 0.6 * plain.hbm_bytes
+
+
+def test_the_draft_holds_its_blocks_and_their_kv_in_device_memory():
+    """The draft's blocks are weights on the device, and their attention keeps its own KV for every sequence (DeepSeek's
+    MTP module is a full block with its attention); the embedding and the output head are the target's. Until
+    2026-12-06 a speculative plan's memory was the target's alone."""
+    from aitrinity.cost.params import count
+    from aitrinity.cost.speculation import Speculation, draft_model
+
+    m = catalog.model("llama-3.1-70b")
+    plain, spec = (
+        {i.category: i.bytes for i in api.diagnose(_scenario(8, s)).estimate.memory.items} for s in (False, True)
+    )
+    pd = count(draft_model(m, Speculation(1, 0.85)))
+    blocks = pd.total - pd.embedding - pd.lm_head  # one block of 70B's shape, fp8, over tp 8
+    assert spec["weights"] - plain["weights"] == pytest.approx(blocks / 8, rel=1e-9)
+    assert spec["kv_cache"] == pytest.approx(plain["kv_cache"] * (1 + 1 / m.num_layers), rel=1e-9)
 
 
 def test_it_is_lossless_serving_only_and_checked():
