@@ -397,8 +397,8 @@ def _peak_memory(m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants,
     stage_acts = stage_acts + np.where(rec == 2, np.where(ml > 0, full_ws_moe, full_ws) * b, 0.0)
     if m.dropout:  # embedding dropout mask, sbhp/t (Korthikanti §4.3)
         stage_acts[0] = stage_acts[0] + s_rank * b * h * in_flight[0] / sp_div
-    # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3)
-    stage_acts[-1] = stage_acts[-1] + 4.0 * s_rank * b * (h + m.vocab_size) / t
+    # final norm, output layer input and fp32 logits: 4sbh(1 + v/h)/t (§4.3); again per multi-token-prediction module
+    stage_acts[-1] = stage_acts[-1] + (1 + m.mtp_layers) * 4.0 * s_rank * b * (h + m.vocab_size) / t
     totals = stage_w + stage_g + stage_o + stage_acts
     at = np.argmax(totals, axis=0)  # the first stage of the largest footprint, among the candidates
     pick = np.arange(len(rows))
