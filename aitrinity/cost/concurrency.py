@@ -340,7 +340,7 @@ def steady_state(
         wave = np.zeros(c.shape)
     else:
         steps, tpot, wave = _drifting(prof, c, s_out, dec.total, mix.total, extra, chunk.total, alone)
-    tpot = np.where(s_out > 1.0, tpot, 0.0)  # one output token: no step after the first (NO_TPOT)
+    tpot = np.where(s_out > 1.0, tpot, 0.0)  # one output token: no step after the first (module doc)
     ttft = prof.request_overhead_s + steps + wave
     queue = _slot_wait(prof, clients, c, ttft, s_out, tpot)
     ttft = ttft + queue
