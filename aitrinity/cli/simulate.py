@@ -180,7 +180,14 @@ def _serving_options(p: argparse.ArgumentParser) -> None:
         type=count(1, 1024),
         default=1,
         help="with --engine or --concurrency: context-parallel groups of --tp GPUs per instance, each prompt split "
-        "over them (ring attention) and each sequence's KV sharded (default 1)",
+        "over them and each sequence's KV sharded (default 1)",
+    )
+    p.add_argument(
+        "--cp-method",
+        choices=("ring", "ulysses"),
+        default="ring",
+        help="with --cp: ring attention (pass-KV, hidden behind the attention) or Ulysses (all-to-alls to a split "
+        "of the heads; the heads per TP rank must divide over the groups) (default ring)",
     )
     p.add_argument(
         "--engine",
@@ -350,7 +357,7 @@ def _serving(args: argparse.Namespace) -> int:
     from aitrinity import catalog
     from aitrinity.catalog import traces
     from aitrinity.sim.serving import simulate_serving
-    from aitrinity.spec.scenario import check_tp_heads
+    from aitrinity.spec.scenario import check_tp_heads, ulysses_serving_refusal
 
     trace, label = _trace(args)
     if args.instances < 1:
@@ -360,6 +367,8 @@ def _serving(args: argparse.Namespace) -> int:
     if not 0 <= args.prefill_instances < args.instances:
         raise SpecError("--prefill-instances", args.prefill_instances, f"0..{args.instances - 1} (leave a decoder)")
     check_tp_heads(m, args.tp, "--tp")
+    if args.cp > 1 and args.cp_method == "ulysses" and (why := ulysses_serving_refusal(m, args.tp, args.cp)):
+        raise SpecError("--cp", args.cp, why)
     if args.tp > d.typical_devices_per_node:  # as diagnose and the planner place a TP group
         raise SpecError("--tp", args.tp, f"at most the {d.typical_devices_per_node} GPUs of one {args.device} node")
     closed = _closed_loop(args)
@@ -502,7 +511,10 @@ def _operator_step(args: argparse.Namespace, m: ModelSpec, d: DeviceSpec) -> Ope
     scale_out = None
     if args.tp * cp > d.typical_devices_per_node:  # the CP groups sit on several nodes
         scale_out = ScaleOut.over(d.typical_devices_per_node, catalog.link(d.typical_inter_node_link))
-    lay = Layout(tp=args.tp, weight_dtype=args.dtype, engine=args.engine or "generic", scale_out=scale_out, cp=cp)
+    engine = args.engine or "generic"
+    lay = Layout(
+        tp=args.tp, weight_dtype=args.dtype, engine=engine, scale_out=scale_out, cp=cp, cp_method=args.cp_method
+    )
     return OperatorStep(m, _kernels(args, d, m), lay, prof.step_overhead_s)
 
 

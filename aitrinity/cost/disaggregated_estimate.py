@@ -148,4 +148,5 @@ def _prefill(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> Phase
 
 def _decode(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> PhaseEstimate:
     parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ds.decode_step.by_class().items()}
-    return with_operators(ph, system, float(ds.tpot_s), float(ds.decode_step.total), [], parts)
+    step = float(ds.decode_step.total)  # the phase is the step a decode takes (TPOT is 0 without one: osl = 1)
+    return with_operators(ph, system, max(float(ds.tpot_s), step), step, [], parts)

@@ -509,6 +509,7 @@ def estimate_concurrency(
         routing=job.moe_routing,
         scale_out=ScaleOut.of(system),
         cp=qplan.cp,
+        cp_method=qplan.cp_method,
     )
     ss = steady_state(
         m,
@@ -627,7 +628,15 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
     )
     phases = [
         with_operators(base.phases[0], system, ttft, mix_total, [queue, slots], pre_parts),
-        with_operators(base.phases[1], system, tpot, float(ss.decode_step.total), [chunks], dec_parts),
+        # the decode phase is a decode's step, which a one-token output (TPOT 0) never takes
+        with_operators(
+            base.phases[1],
+            system,
+            tpot or float(ss.decode_step.total),
+            float(ss.decode_step.total),
+            [chunks],
+            dec_parts,
+        ),
     ]
     c, osl = max(f.batch, 1), f.output_tokens
     ttft, tpot = phases[0].time_s, phases[1].time_s if osl > 1 else 0.0  # one output token: no TPOT

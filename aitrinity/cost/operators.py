@@ -153,6 +153,9 @@ class Layout:
     tokens bound for other domains over it. None: every group inside one domain."""
     cp: Degree = 1
     """Context parallelism: ``cp`` groups of ``tp`` GPUs share each sequence (see :func:`step_times`)."""
+    cp_method: str = "ring"
+    """How the ``cp`` groups attend (:func:`context_parallel_time`): ``ring`` (pass-KV / pass-Q ring attention, Yang
+    et al. 2024) or ``ulysses`` (all-to-alls to a head split and back, Jacobs et al. 2023)."""
 
     def __post_init__(self) -> None:
         tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
@@ -375,6 +378,8 @@ def context_parallel_time(m: ModelSpec, k: Kernels, lay: Layout, step: StepShape
     The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network. Each rank runs
     the decodes' projections and MLP itself (the weights are whole on every CP rank), so their queries need no
     exchange."""
+    if lay.cp_method == "ulysses":
+        return _ulysses_time(m, k, lay, step, heads)
     a, g, d = heads
     dec, _, nps, plen, prefix = _arrays(step)
     cp = np.asarray(lay.cp)
@@ -392,6 +397,40 @@ def context_parallel_time(m: ModelSpec, k: Kernels, lay: Layout, step: StepShape
     pre = _attention(k, lay, heads, StepShape(zero, zero, nps, plen, prefix), None, mla_widths(m))
     merge = np.where(dec > 0, gather(cp_merge_bytes(m, a, dec, cp)), 0.0)
     out: Array = np.where(cp > 1, np.maximum(ring - np.where(prompt > 0, pre, 0.0), 0.0) + merge, 0.0)
+    return out
+
+
+def ulysses_bytes(m: ModelSpec, heads: ArrayLike, kv_heads: ArrayLike, tokens: ArrayLike) -> tuple[Array, Array]:
+    """One layer's Ulysses all-to-all buffers on a rank holding ``tokens`` new tokens with a TP rank's ``heads`` query
+    and ``kv_heads`` KV heads (bf16): their Q, K and V out to the head split, and their attention outputs back."""
+    t, d = np.asarray(tokens, dtype=np.float64), m.dim_head
+    qkv: Array = t * (np.asarray(heads) + 2.0 * np.asarray(kv_heads)) * d * 2.0
+    back: Array = t * np.asarray(heads) * m.v_head_dim * 2.0
+    return qkv, back
+
+
+def _ulysses_time(m: ModelSpec, k: Kernels, lay: Layout, step: StepShape, heads: Heads) -> Array:
+    """One layer's Ulysses traffic on a rank (DeepSpeed-Ulysses, Jacobs et al. 2023, §3.1), in series with the
+    attention that waits for it: a prompt's new tokens, ``1/cp`` of them on each rank with all of its TP rank's heads,
+    go through an all-to-all of their Q, K and V to ``1/cp`` of the heads over all the tokens, and their attention
+    outputs through the all-to-all back; the K and V stay where they were attended, so each rank keeps its heads'
+    KV of every sequence (the KV cache sharded by head, not by token). A decode attends its rank's heads over the
+    whole context, and the ranks' outputs for their heads are gathered every layer."""
+    a, g, d = heads
+    dec, _, nps, plen, _ = _arrays(step)
+    cp = np.asarray(lay.cp, dtype=np.float64)
+    act = 2.0  # bf16 activations
+
+    def exchange(total: Array) -> Array:
+        if lay.scale_out is None:
+            out: Array = k.all_to_all(total, cp)
+            return out
+        return lay.scale_out.all_to_all(k, total, cp, lay.tp)
+
+    qkv, back = ulysses_bytes(m, a, g, nps * plen / cp)
+    prompt = np.where(nps * plen > 0, exchange(qkv) + exchange(back), 0.0)
+    gather = np.where(dec > 0, exchange(dec * a * d * act), 0.0)  # the decodes' outputs, the whole gathered
+    out: Array = np.where(cp > 1, prompt + gather, 0.0)
     return out
 
 

@@ -50,7 +50,7 @@ from aitrinity.cost.effects import find
 from aitrinity.cost.flops import OPERATORS_PER_LAYER, causal_score_flops, score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Channel, Flops, Ledger, MemoryItem, Parallelism, PhaseLedger, ServingFacts
 from aitrinity.cost.memory import kv_bytes_per_token, kv_shard_factor, kv_tokens_held
-from aitrinity.cost.operators import cp_merge_bytes, cp_ring_bytes
+from aitrinity.cost.operators import cp_merge_bytes, cp_ring_bytes, ulysses_bytes
 from aitrinity.cost.params import ParamCount, count
 from aitrinity.cost.speculation import Speculation, draft_model
 from aitrinity.errors import SpecError
@@ -445,7 +445,14 @@ class ServingArrays:
         kv_loaded = batch * kv_tokens_held(m, cached) * kv_tok
         hbm = passes * read + kv_written + kv_loaded
         streams = self._tp_pp(batch * new / cp, "PP activations") + self._weight_stream(read, passes)
-        if np.any(cp > 1):  # ring attention, layer by layer: the K and V of prompt and prefix round, or the queries
+        if np.any(cp > 1) and plan.cp_method == "ulysses":  # Q, K, V to the head split and the outputs back
+            heads, kv_heads = m.num_attention_heads / tp, np.maximum(m.kv_heads / tp, 1.0)
+            qkv, back = ulysses_bytes(m, heads, kv_heads, batch * new / cp)
+            layers = np.full(len(batch), 2.0 * m.num_layers)  # two all-to-alls a layer, of (qkv + back) / 2 each
+            group, stride = cp.astype(np.int64), self.rows.tp
+            both, name = (qkv + back) / 2.0, "CP Ulysses all-to-all (per layer)"
+            streams.append(coll.Stream(name, "all-to-all", both, layers, cp > 1, group, stride))
+        elif np.any(cp > 1):  # ring attention, layer by layer: the K and V of prompt and prefix round, or the queries
             per_token = kv_tok * cp / m.num_layers  # one layer's K and V of a token on a TP rank
             heads = m.num_attention_heads / tp
             ring = cp_ring_bytes(m, heads, per_token, batch * new, batch * kv_tokens_held(m, prompt))
@@ -488,7 +495,11 @@ class ServingArrays:
         streams = self._tp_pp(batch, "PP activations") + self._weight_stream(read, np.ones(len(batch)))
         cp = self._cp
         if np.any(cp > 1):  # each rank's partial attention outputs (and log-sum-exps) of every decode, gathered
-            partial = cp_merge_bytes(m, m.num_attention_heads / tp, batch, cp)
+            heads = m.num_attention_heads / tp
+            if self.plan.cp_method == "ulysses":  # each rank's heads' outputs, the whole gathered
+                partial = batch * heads * m.v_head_dim * 2.0
+            else:
+                partial = cp_merge_bytes(m, heads, batch, cp)
             layers = np.full(len(batch), float(m.num_layers))
             group, stride = cp.astype(np.int64), self.rows.tp
             merge = coll.Stream("CP attention merge (per layer)", "all-gather", partial, layers, cp > 1, group, stride)

@@ -46,7 +46,7 @@ from aitrinity.plan.vector_serving import (
 )
 from aitrinity.spec.exchanges import KVQuantization, PrefixCache, WeightQuantization
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, ServingJob, System
+from aitrinity.spec.scenario import Plan, ServingJob, System, ulysses_serving_refusal
 from aitrinity.units import format_bytes
 
 ServingObjective = Literal["throughput", "latency", "cost", "energy"]
@@ -248,7 +248,7 @@ def search_serving(
     combos = registry.option_combinations("serving")
     pending = [
         _prepare(m, job, base.model_copy(update={"cp": cp}), system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, combos)
-        for cp in context_degrees(job, base, system.num_devices)
+        for cp in context_degrees(job, base, system.num_devices, m)
     ]
     # the steady states of every layout of every context-parallel degree at once (they share the model's constants)
     requests = [r for p in pending for r, _ in p.deferred if r is not None]
@@ -320,16 +320,19 @@ class _Table:
         return _Table(*(cat([getattr(t, f) for t in tables]) for f in _Table.__dataclass_fields__))
 
 
-def context_degrees(job: ServingJob, base: Plan, devices: int) -> list[int]:
+def context_degrees(job: ServingJob, base: Plan, devices: int, m: ModelSpec | None = None) -> list[int]:
     """The context-parallel degrees the serving search tries: 1, each power of two that divides the devices while a
     group keeps :data:`aitrinity.plan.search.CP_MIN_TOKENS` of a prompt (below that the ring is not hidden behind the
-    attention, and a prompt that short fits without it), and the scenario's own; only 1 for a scenario with
-    disaggregated pools or expert parallelism (CP is priced for aggregated replicas without EP)."""
+    attention, and a prompt that short fits without it) -- with ``cp_method: ulysses``, only those that some TP degree
+    leaves heads to split (:func:`aitrinity.spec.scenario.ulysses_serving_refusal`) -- and the scenario's own; only 1
+    for a scenario with disaggregated pools or expert parallelism (CP is priced for aggregated replicas without EP)."""
     if base.disaggregation is not None or base.ep > 1:
         return [1]
     out, cp = [1], 2
     while devices % cp == 0 and job.prompt_tokens // cp >= CP_MIN_TOKENS:
-        out.append(cp)
+        heads_split = m is None or base.cp_method != "ulysses" or not ulysses_serving_refusal(m, 1, cp)
+        if heads_split:  # (TP only divides the heads further: if tp 1 cannot split them, no TP degree can)
+            out.append(cp)
         cp *= 2
     if base.cp not in out:
         out.append(base.cp)
@@ -365,6 +368,8 @@ def _prepare(
     call per layout and size). Rows come out layout by layout, then by prefix-cache size, option and grid row."""
     host = system.host_memory is not None
     lays = _layouts(m, system, base.ep, base.cp)
+    if base.cp > 1 and base.cp_method == "ulysses":  # Ulysses splits a TP rank's query and KV heads over the group
+        lays = [lay for lay in lays if not ulysses_serving_refusal(m, lay[0], base.cp)]
     variants: list[tuple[Plan, list[tuple[int, int, int]], float | None, float | None, int]] = []
     replayed: dict[int, float] = {}
     if _searches_prefix(base, system, prefix_hit_rate):

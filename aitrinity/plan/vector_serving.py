@@ -134,6 +134,8 @@ class SteadyRequest:
     cp: int = 1
     """The rows' context-parallel degree (one per request; :func:`answer_steady` prices requests of several degrees
     in one call)."""
+    cp_method: str = "ring"
+    """How the CP groups attend (``plan.cp_method``)."""
 
 
 @dataclass(frozen=True)
@@ -153,11 +155,11 @@ def answer_steady(
     (TP, EP, context-parallel degree, batch, weight dtype, KV dtype); each request gets its own rows' values back (a
     value does not depend on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[str, str, float, Speculation | None], list[int]] = {}
+    groups: dict[tuple[str, str, float, Speculation | None, str], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation), []).append(i)
+        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation, r.cp_method), []).append(i)
     out: list[list[F] | None] = [None] * len(requests)
-    for (wd, kd, hit, spec), members in groups.items():
+    for (wd, kd, hit, spec, method), members in groups.items():
         tps = np.concatenate([requests[i].tp for i in members])
         eps = np.concatenate([requests[i].ep for i in members])
         cps = np.concatenate([np.full(len(requests[i].keys), requests[i].cp, dtype=np.int64) for i in members])
@@ -172,7 +174,15 @@ def answer_steady(
                 k, Dtypes((wd, *WEIGHT_DTYPES[1:]), key // nk % nw), Dtypes((kd, *KV_DTYPES[1:]), key % nk)
             )
             layout = Layout(
-                tp, ep, WEIGHTS, KV, system.engine, routing=job.moe_routing, scale_out=ScaleOut.of(system), cp=cp
+                tp,
+                ep,
+                WEIGHTS,
+                KV,
+                system.engine,
+                routing=job.moe_routing,
+                scale_out=ScaleOut.of(system),
+                cp=cp,
+                cp_method=method,
             )
             ss = steady_state(
                 m,
@@ -338,6 +348,7 @@ def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx:
         keys,
         fx.speculation,
         int(cps[0]),
+        fplan.cp_method,
     )
 
 

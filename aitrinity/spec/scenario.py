@@ -375,6 +375,22 @@ def check_tp_heads(model: ModelSpec, tp: int, field: str = "plan.tp") -> None:
         raise SpecError(field, tp, f"a divisor or multiple of num_kv_heads ({kv}) of {model.name}")
 
 
+def ulysses_serving_refusal(model: ModelSpec, tp: int, cp: int) -> str:
+    """Why Ulysses context parallelism cannot serve ``model`` at ``tp x cp`` ('' when it can). Serving keeps each
+    sequence's KV cache where its heads are attended: Ulysses splits a TP rank's query heads and KV heads over the
+    ``cp`` ranks, so both must divide (a TP rank holds ``max(kv_heads / tp, 1)`` KV heads), and MLA's latent cache,
+    which every head reads, cannot be split by head."""
+    if model.mla is not None:
+        return "cp_method ring for an MLA model (its latent KV cache is shared by every head: Ulysses cannot split it)"
+    q, kv = model.num_attention_heads // tp, max(model.kv_heads // tp, 1)
+    if q % cp or kv % cp:
+        return (
+            f"a divisor of the {q} query heads and {kv} KV heads per TP rank with cp_method ulysses (it splits "
+            "heads over the CP group); ring has no such limit"
+        )
+    return ""
+
+
 def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
     """Context parallelism: Ulysses splits each TP rank's heads over the CP group. Serving runs ring attention
     (pass-KV prefill, Yang et al. 2024), on a dense or an expert-parallel-free model, without disaggregated pools."""
@@ -382,12 +398,14 @@ def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
         return
     if not training:
         why = (
-            "cp_method ring for serving (pass-KV ring attention)"
-            if plan.cp_method != "ring"
+            "cp_method ring or ulysses for serving (pass-KV ring attention, or DeepSpeed-Ulysses's head all-to-alls)"
+            if plan.cp_method == "allgather"
             else "1 with expert parallelism in serving (CP is priced for replicas without EP)"
             if plan.ep > 1
             else "1 with disaggregated pools (CP is priced for aggregated replicas)"
             if plan.disaggregation is not None
+            else ulysses_serving_refusal(model, plan.tp, plan.cp)
+            if plan.cp_method == "ulysses"
             else ""
         )
         if why:

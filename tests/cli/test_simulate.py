@@ -93,3 +93,8 @@ def test_an_instance_layout_the_engines_refuse_is_refused_in_one_line(capsys):
     assert main([*args, "--tp", "16"]) == 2  # an HGX H100 node holds 8
     assert "at most the 8 GPUs of one h100-sxm node" in capsys.readouterr().err
     assert main([*args, "--tp", "8"]) == 0
+    capsys.readouterr()
+    ulysses = [*args, "--cp", "2", "--cp-method", "ulysses"]
+    assert main([*ulysses, "--tp", "8"]) == 2  # one KV head per TP rank: nothing to split over 2 groups
+    assert "1 KV heads per TP rank" in capsys.readouterr().err
+    assert main([*ulysses, "--tp", "4"]) == 0

@@ -120,12 +120,14 @@ def test_bad_context_parallel_layouts_are_refused_with_the_field(plan, job, n, m
         _ledger(plan, n=n, job=job)
 
 
-def test_serving_takes_ring_context_parallelism_and_refuses_the_rest():
-    """Serving prices ring (pass-KV) CP on aggregated replicas without EP (tests/cost/test_serving.py); Ulysses
-    is refused with the field named."""
-    assert check_plan(Plan(cp=2), catalog.model(L8B), make_system(n=2), training=False) == 1
-    with pytest.raises(SpecError, match=r"plan\.cp.*cp_method ring"):
-        check_plan(Plan(cp=2, cp_method="ulysses"), catalog.model(L8B), make_system(n=2), training=False)
+def test_serving_takes_ring_and_ulysses_context_parallelism_and_refuses_the_rest():
+    """Serving prices ring (pass-KV) and, where the heads divide, Ulysses CP on aggregated replicas without EP
+    (tests/cost/test_serving.py); Llama 3's all-gathers are a training method, refused with the field named."""
+    m = catalog.model(L8B)
+    assert check_plan(Plan(cp=2), m, make_system(n=2), training=False) == 1
+    assert check_plan(Plan(cp=2, cp_method="ulysses"), m, make_system(n=2), training=False) == 1
+    with pytest.raises(SpecError, match=r"plan\.cp.*ring or ulysses"):
+        check_plan(Plan(cp=2, cp_method="allgather"), m, make_system(n=2), training=False)
 
 
 def test_llama_3s_allgather_moves_the_rings_bytes_in_series_with_the_kernels():

@@ -376,3 +376,24 @@ def test_a_prompt_over_a_long_cached_prefix_passes_its_queries_round_not_the_cac
     hidden = ring(512, 262144)
     far = 5e-6 + 512 * q_per_token * 3 / 4 / (0.85 * 50e9)  # each of the 4 groups on its own node
     assert hidden <= far
+
+
+def test_ulysses_prefill_pays_its_all_to_alls_in_series_and_attends_a_split_of_the_heads(k):
+    """cp_method ulysses: the rank's 1/cp of the prompt's tokens go through an all-to-all of their Q, K, V before the
+    attention and of its output after -- in series (the attention needs them), unlike the ring that hides behind it --
+    and the attention is the rank's 1/cp of the heads over the whole prompt: the same work as the ring's shard."""
+    from aitrinity.cost.operators import ulysses_bytes
+
+    m = catalog.model("llama-3.1-70b")
+    prompt = StepShape(decode=0.0, context=1.0, prefill_seqs=1.0, prefill_len=65536.0)
+    ring = step_times(m, k, Layout(tp=4, cp=2), prompt)
+    uly = step_times(m, k, Layout(tp=4, cp=2, cp_method="ulysses"), prompt)
+    shard = step_times(m, k, Layout(tp=4), StepShape(0.0, 1.0, 1.0, 65536.0 / 2))
+    assert float(uly.attention) == pytest.approx(float(ring.attention)) and float(uly.gemm) == float(ring.gemm)
+    qkv, back = ulysses_bytes(m, 16, 2, 65536.0 / 2)
+    exchanged = m.num_layers * (k.all_to_all(qkv, 2) + k.all_to_all(back, 2))
+    assert float(uly.communication) == pytest.approx(float(shard.communication) + float(exchanged))
+    decode = StepShape(decode=8.0, context=65536.0)
+    gathered = step_times(m, k, Layout(tp=4, cp=2, cp_method="ulysses"), decode)
+    alone = step_times(m, k, Layout(tp=4), decode)
+    assert float(gathered.communication) > float(alone.communication)  # the heads' outputs, every layer

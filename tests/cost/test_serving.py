@@ -129,7 +129,8 @@ def test_context_parallel_serving_splits_a_prompt_and_shards_its_kv():
 @pytest.mark.parametrize(
     ("plan", "why"),
     [
-        (Plan(tp=8, cp=2, cp_method="ulysses"), "cp_method ring"),
+        (Plan(tp=8, cp=2, cp_method="ulysses"), "4 query heads and 1 KV heads per TP rank"),  # 8 KV heads / tp 8
+        (Plan(tp=4, cp=2, cp_method="allgather"), "ring or ulysses"),
         (Plan(tp=4, ep=2, cp=2), "expert parallelism"),
     ],
 )
@@ -138,3 +139,29 @@ def test_context_parallel_serving_refuses_what_it_does_not_price(plan, why):
     with pytest.raises(SpecError, match=why) as e:
         serving_ledger("s", m, ServingJob(prompt_tokens=4096, output_tokens=64, batch=1), plan, make_system(n=16))
     assert e.value.field == "plan.cp"
+
+
+def test_ulysses_serving_exchanges_heads_and_shards_the_kv_by_head():
+    """cp_method ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023, §3.1): each layer of a prompt sends its ranks' Q, K
+    and V to a split of the heads and the outputs back (two all-to-alls a layer, (cp-1)/cp of each buffer leaving);
+    each rank keeps its heads' KV of every sequence, a 1/cp of it as with the ring; a decode gathers its heads'
+    outputs. MLA's shared latent cannot be split by head (refused), nor fewer KV heads than CP ranks."""
+    m = catalog.model("llama-3.1-70b")  # 64 query heads, 8 KV heads, head 128
+    job = ServingJob(mode="static", prompt_tokens=65536, output_tokens=256, batch=2)
+    ring = serving_ledger("s", m, job, Plan(tp=4, cp=2), make_system(n=8))
+    uly = serving_ledger("s", m, job, Plan(tp=4, cp=2, cp_method="ulysses"), make_system(n=8))
+    mem_r, mem_u = ({i.category: i.bytes for i in x.memory} for x in (ring, uly))
+    assert mem_u["kv_cache"] == pytest.approx(mem_r["kv_cache"])  # 1/cp either way
+    [a2a] = [t for t in uly.phase("prefill").traffic if t.purpose.startswith("CP Ulysses all-to-all")]
+    tokens = 2 * 65536 / 2  # a rank's share of the batch's prompts
+    qkv, back = tokens * (16 + 2 * 2) * 128 * 2, tokens * 16 * 128 * 2  # per TP rank: 16 query, 2 KV heads
+    assert a2a.bytes_per_device == pytest.approx(m.num_layers * (qkv + back) / 2)  # (cp-1)/cp of each buffer
+    assert not [t for t in uly.phase("prefill").traffic if t.purpose.startswith("CP ring")]
+    [merge] = [t for t in uly.phase("decode_step").traffic if t.purpose.startswith("CP attention merge")]
+    assert merge.bytes_per_device == pytest.approx(m.num_layers * 2 * 16 * 128 * 2 / 2)  # outputs, (cp-1)/cp
+    for model, plan, why in (
+        ("deepseek-v3", Plan(tp=8, cp=2, cp_method="ulysses"), "MLA model"),
+        ("llama-3.1-70b", Plan(tp=4, cp=4, cp_method="ulysses"), "2 KV heads per TP rank"),
+    ):
+        with pytest.raises(SpecError, match=why):
+            serving_ledger("s", catalog.model(model), job, plan, make_system(n=16))

@@ -172,3 +172,26 @@ def test_the_serving_search_tries_context_parallelism_for_long_prompts():
         est = price_serving_ledger(serving_ledger("s", m, at, plan, system), m, plan, at, system)
         assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
         assert est.serving.throughput_tokens_per_s == pytest.approx(c.throughput_tokens_per_s, rel=1e-9)
+
+
+def test_a_ulysses_scenario_is_searched_where_ulysses_can_split_the_heads_and_priced_as_diagnose_prices_it():
+    """With cp_method ulysses the search keeps the CP degrees and TP layouts whose TP rank's heads the CP group can
+    split (Llama-3.1-70B: 8 KV heads, so tp x cp <= 8), and prices each candidate as diagnose prices its plan."""
+    from aitrinity.plan.search_serving import context_degrees
+
+    m = catalog.model("llama-3.1-70b")
+    system = make_system(n=32)
+    job = ServingJob(prompt_tokens=65536, output_tokens=128, batch=4)
+    base = Plan(tp=4, cp=2, cp_method="ulysses")
+    long = job.model_copy(update={"prompt_tokens": 262144})  # 8,192 tokens a group up to cp 32
+    assert context_degrees(long, Plan(), 64, m) == [1, 2, 4, 8, 16, 32]  # the ring splits any context
+    assert context_degrees(long, base, 64, m) == [1, 2, 4, 8]  # tp 1 leaves 8 KV heads: no more than 8 ranks
+    res = search_serving(m, job, base, system, top=300, pareto=False)
+    ulysses = [c for c in res.top if c.cp > 1]
+    assert ulysses and all(c.tp * c.cp <= 8 for c in ulysses)
+    c = ulysses[0]
+    plan = c.plan(base)
+    assert plan.cp_method == "ulysses"
+    at = job.model_copy(update={"batch": c.batch})
+    est = price_serving_ledger(serving_ledger("s", m, at, plan, system), m, plan, at, system)
+    assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
