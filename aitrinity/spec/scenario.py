@@ -393,7 +393,8 @@ def ulysses_serving_refusal(model: ModelSpec, tp: int, cp: int) -> str:
 
 def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
     """Context parallelism: Ulysses splits each TP rank's heads over the CP group. Serving runs ring attention
-    (pass-KV prefill, Yang et al. 2024), on a dense or an expert-parallel-free model, without disaggregated pools."""
+    (pass-KV prefill, Yang et al. 2024) or Ulysses (:func:`ulysses_serving_refusal`), on a dense or an
+    expert-parallel-free model, without disaggregated pools."""
     if plan.cp == 1:
         return
     if not training:
