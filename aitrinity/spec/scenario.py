@@ -279,7 +279,7 @@ class Plan(Spec):
     attention, the transfers hidden behind the attention kernels), ``allgather`` gathers the sequence's K and V before
     each layer's attention, in series with it (Llama 3's: "exposed in the critical path", Dubey et al. 2024, §3.3.2;
     the same bytes as the ring), ``ulysses`` re-partitions Q, K, V and the output by heads with all-to-alls
-    (DeepSpeed-Ulysses). Serving runs ``ring``."""
+    (DeepSpeed-Ulysses). Serving runs ``ring`` or ``ulysses`` (:func:`ulysses_serving_refusal`)."""
     micro_batch: int = Field(default=1, gt=0, le=MAX_COUNT)
     virtual_stages: int = Field(default=1, gt=0, le=MAX_COUNT)
     zero: Literal[0, 1, 2, 3] = 0
