@@ -369,6 +369,8 @@ def _serving(args: argparse.Namespace) -> int:
     check_tp_heads(m, args.tp, "--tp")
     if args.cp > 1 and args.cp_method == "ulysses" and (why := ulysses_serving_refusal(m, args.tp, args.cp)):
         raise SpecError("--cp", args.cp, why)
+    if args.cp > 1 and args.prefill_instances:  # as diagnose refuses plan.cp with disaggregated pools
+        raise SpecError("--cp", args.cp, "1 with --prefill-instances (CP is priced for aggregated instances)")
     if args.tp > d.typical_devices_per_node:  # as diagnose and the planner place a TP group
         raise SpecError("--tp", args.tp, f"at most the {d.typical_devices_per_node} GPUs of one {args.device} node")
     closed = _closed_loop(args)

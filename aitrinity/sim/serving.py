@@ -80,6 +80,7 @@ from aitrinity.sim.metrics import Percentiles, percentiles
 from aitrinity.spec.hardware import BYTES_PER_DTYPE, DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.traces import TraceRequest
+from aitrinity.units import format_bytes
 
 StepTime = Callable[[int, float, int, float, float], float]
 """(decoding sequences, their mean context, prompt chunks, mean chunk tokens, mean tokens already in the KV cache
@@ -392,7 +393,8 @@ class _Engine:
         """KV slots a decode token takes (none when admission reserved the whole output)."""
         if self.capacity <= 0:
             raise ValueError(
-                f"the weights ({self.weights:.3g} B) leave no room for KV in {cfg.memory_capacity_bytes:.3g} B"
+                f"weights that leave room for a KV cache (they take {format_bytes(self.weights)} of the instance's "
+                f"{format_bytes(cfg.memory_capacity_bytes)}: more GPUs per instance or fewer bytes per weight)"
             )
         self.dense = token_flops(m).dense
         self.score = (2.0 * m.num_layers * m.num_attention_heads, m.dim_head + m.v_head_dim, m.sliding_window)

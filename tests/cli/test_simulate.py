@@ -98,3 +98,10 @@ def test_an_instance_layout_the_engines_refuse_is_refused_in_one_line(capsys):
     assert main([*ulysses, "--tp", "8"]) == 2  # one KV head per TP rank: nothing to split over 2 groups
     assert "1 KV heads per TP rank" in capsys.readouterr().err
     assert main([*ulysses, "--tp", "4"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--tp", "4", "--cp", "2", "--instances", "2", "--prefill-instances", "1"]) == 2
+    assert "aggregated instances" in capsys.readouterr().err
+    # weights that leave no room for a KV cache: said in GiB, with what would make room
+    assert main([*args[:-3], "--model", "gpt-oss-120b", "--quiet", "--tp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "room for a KV cache" in err and "GiB" in err and len(err.strip().splitlines()) == 1
