@@ -377,7 +377,8 @@ def context_parallel_time(m: ModelSpec, k: Kernels, lay: Layout, step: StepShape
     each rank's partial attention (its outputs and log-sum-exps for every decode's heads), gathered from every rank.
     The ranks are ``tp`` GPUs apart; a group wider than an NVLink domain crosses the scale-out network. Each rank runs
     the decodes' projections and MLP itself (the weights are whole on every CP rank), so their queries need no
-    exchange."""
+    exchange. With ``lay.cp_method == "ulysses"`` the traffic is Ulysses's head all-to-alls instead
+    (:func:`_ulysses_time`)."""
     if lay.cp_method == "ulysses":
         return _ulysses_time(m, k, lay, step, heads)
     a, g, d = heads
