@@ -28,14 +28,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
-from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, TP_TRAFFIC
 from aitrinity.spec.scenario import System
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
 
 if TYPE_CHECKING:
     from aitrinity.cost.concurrency import SteadyState
     from aitrinity.cost.kernels import Kernels
-    from aitrinity.cost.train_operators import StepTimes
+    from aitrinity.cost.training_pricing import StepPrice
     from aitrinity.spec.model import ModelSpec
     from aitrinity.spec.scenario import Plan, ServingJob
 
@@ -665,10 +664,6 @@ def concurrency_metrics(
     )
 
 
-OPERATOR_PRICED = (TP_TRAFFIC, PP_TRAFFIC, CP_GATHER)
-"""Traffic of a training step the operator model times itself (TP collectives, pipeline sends); the rest
-(data-parallel gradients, EP all-to-all, offload streams) are priced on their links."""
-
 TRAINING_PARTS = {
     "gemm": "GEMMs (projections, MLP, LM head; forward and backward)",
     "attention": "attention kernels (forward and backward)",
@@ -695,118 +690,88 @@ def price_training_ledger(
     (``kernels``, default the device's catalog roofline; ``notes`` say where they fell back), the phase roofline on
     other devices."""
     if not prices_with_operators(system, None):
-        return price(ledger, system)
+        return estimate_training(ledger, m, plan, system, None, [])
     from aitrinity.cost.kernels import roofline
 
     return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), list(notes))
 
 
 def estimate_training(
-    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels, notes: list[str]
+    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels | None, notes: list[str]
 ) -> Estimate:
-    """A GPU training step through the operator model: the slowest stage's micro-batch from kernel times,
-    the 1F1B schedule around it, the pipeline sends from the ledger's PP link, the optimizer's pass."""
-    from aitrinity.cost.train_operators import plan_microbatch, step_times
+    """One plan's training step, priced as the planner prices its rows (:func:`aitrinity.cost.training_pricing.
+    price_columns` on the plan's columns, a batch of one) and rendered with the ledger's items: the operator model on
+    ``kernels`` (a GPU; the slowest stage's micro-batch from kernel times, the 1F1B schedule around it, the pipeline
+    sends, the optimizer's pass), else the phase roofline."""
+    from aitrinity.cost.training import plan_columns
+    from aitrinity.cost.training_pricing import price_columns
+    from aitrinity.spec.scenario import TrainingJob
 
-    assert ledger.training is not None
-    st = step_times(
-        m,
-        kernels,
-        (plan.tp, plan.pp, plan.ep, plan.virtual_stages),
-        plan_microbatch(plan, ledger.training.seq_len),
-        ledger.training.num_microbatches,
-        serial_send_s(ledger, system),
-        optimizer_step_bytes(ledger),
-    )
+    facts = ledger.training
+    assert facts is not None
+    job = TrainingJob(seq_len=facts.seq_len, global_batch=facts.global_batch, total_tokens=facts.total_tokens)
+    pc = plan_columns(m, job, plan, system)
+    lay = (pc.layout.tp, pc.layout.pp)
+    sp = price_columns(m, job.seq_len, plan, system, lay, pc.row, pc.columns, kernels)
+    if kernels is None:
+        return _roofline_training(ledger, system, sp)
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
-    return price_training(ledger, system, st, kernels.source, notes)
+    return price_training(ledger, system, sp, kernels.source, notes)
 
 
-@dataclass(frozen=True)
-class GpuStep:
-    """A GPU training step timed by the operator model (arrays of rows, or one plan's numbers)."""
-
-    time_s: NDArray[np.float64]
-    compute_s: NDArray[np.float64]
-    """The GEMM and attention kernels (and a compressor's matmuls)."""
-    latency_s: NDArray[np.float64]
-    """The GPU's busy time above the slowest roofline resource: launches, collective latency, memory-bound
-    kernels in series with the GEMMs."""
-    sm_share_s: NDArray[np.float64]
-    """The GPU work's slowdown beside overlapped collectives that hold SMs (``system.comm_sm_share``)."""
+def _retimed(resources: list[ResourceTime], sp: StepPrice) -> list[ResourceTime]:
+    """The ledger's resources (what each moved or computed) at the times the step's pricing gives them."""
+    times = {"compute": sp.compute_s, "memory_bandwidth": sp.memory_s}
+    times.update({LINK_IDS[ch]: t for ch, t in sp.links_s.items()})
+    return [r.model_copy(update={"time_s": float(times[r.id][0])}) for r in resources]
 
 
-def gpu_training_step(
-    st: StepTimes,
-    exchange_s: ArrayLike,
-    resources: Sequence[ArrayLike],
-    streams: Sequence[ArrayLike],
-    system: System,
-    on_sms: Sequence[bool] = (),
-) -> GpuStep:
-    """The step of :func:`price_training` for one plan or the planner's rows: the GPU's busy time and bubble,
-    combined with the ``streams`` the operator model does not time under the system's overlap model, never
-    below the slowest of compute and the roofline ``resources`` (device memory, links).
-
-    ``on_sms``: which streams are collectives that GPU kernels drive (over NVLink or the network; a host-link copy
-    runs on the copy engines). While the overlapped ones run, they hold ``system.comm_sm_share`` of the SMs, so the
-    GPU work beside them slows: ``B + share·C`` for ``C`` seconds of them overlapped (the longest; ``overlap_fraction``
-    of it under partial overlap, none under ``sum``)."""
-    ex = np.asarray(exchange_s, dtype=np.float64)
-    compute = np.asarray(st.microbatches * (st.per_microbatch.gemm + st.per_microbatch.attention), dtype=np.float64)
-    compute = compute + ex
-    busy = np.asarray(st.busy + st.optimizer_s, dtype=np.float64) + ex
-    floor = np.max(np.stack(np.broadcast_arrays(compute, *(np.asarray(r, dtype=np.float64) for r in resources))), 0)
-    bubble = np.asarray(st.bubble_s, dtype=np.float64)
-    lent = np.zeros(np.shape(busy))
-    sm = [np.asarray(t, dtype=np.float64) for t, on in zip(streams, on_sms, strict=False) if on]
-    if system.comm_sm_share > 0 and system.overlap != "sum" and sm:
-        overlapped = np.max(np.stack(np.broadcast_arrays(*sm)), 0)
-        if system.overlap == "partial":
-            overlapped = system.overlap_fraction * overlapped
-        lent = system.comm_sm_share * overlapped
-    time_s = np.maximum(combine_rows([busy + bubble + lent, *streams], system.overlap, system.overlap_fraction), floor)
-    return GpuStep(time_s, compute, np.maximum(busy - floor, 0.0), lent)
+def _roofline_training(ledger: Ledger, system: System, sp: StepPrice) -> Estimate:
+    """The Estimate of a training step on the phase roofline (a device without the operator model)."""
+    base = priced_resources(ledger, system)
+    ph = base.phases[0]
+    time_s = float(sp.step_s[0])
+    phase = ph.model_copy(
+        update={
+            "time_s": time_s,
+            "resources": _retimed(ph.resources, sp),
+            "bubble_s": float(sp.bubble_s[0]),
+            "dispatch_s": float(sp.dispatch_s[0]),
+        }
+    )
+    return base.model_copy(update={"phases": [phase], "training": training_metrics(ledger, system, time_s)})
 
 
-def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, notes: list[str]) -> Estimate:
-    """The Estimate of a training step timed by the operator model (:mod:`aitrinity.cost.train_operators`).
+def price_training(ledger: Ledger, system: System, sp: StepPrice, kernels: str, notes: list[str]) -> Estimate:
+    """The Estimate of a training step timed by the operator model (``sp``, :mod:`aitrinity.cost.training_pricing`).
 
     Resources: compute is the GEMM and attention kernels' time; device memory and the links keep the
     roofline; the GPU time above the slowest of them is the launch / collective-latency resource. Streams
     the operator model does not time (data-parallel gradients, EP all-to-all, offloads) combine with the
     GPU step under the system's overlap model: ``sum`` for a framework that reduces gradients after the
     backward pass (Megatron-LM in 2021), ``max`` for one that overlaps them (FSDP, Megatron-Core)."""
+    assert sp.steps is not None and sp.gpu is not None
     base = priced_resources(ledger, system)
     led, ph = ledger.phases[0], base.phases[0]
-    rate = system.device.peak_flops_for(ledger.compute_dtype) * system.eff.compute_at(led.gemm_rows)
-    exchange_s = led.flops.exchange / rate
-    rest = [t for t in led.traffic if t.purpose not in OPERATOR_PRICED]
-    unpriced = resource_times(led.model_copy(update={"traffic": rest}), system, ledger.compute_dtype)
-    others = ph.resources[1:]
-    links = [r for r in unpriced if r.kind == "link"]
-    sms = [r.id in ("link:intra_node", "link:inter_node") for r in links]
-    step = gpu_training_step(st, exchange_s, [r.time_s for r in others], [r.time_s for r in links], system, sms)
-    time_s = float(step.time_s)
+    time_s = float(sp.step_s[0])
     compute = ResourceTime(
         id="compute",
         resource="compute",
         kind="compute",
-        time_s=float(step.compute_s),
+        time_s=float(sp.compute_s[0]),
         detail=f"{format_flops(led.flops.hardware)} in GEMM and attention kernels ({kernels})",
     )
     latency = _launch_latency(
-        float(step.latency_s),
+        float(sp.latency_s[0]),
         "TP collectives, memory-bound kernels and launches in series with the GEMMs, above the slowest resource",
     )
-    operators = _training_parts(ledger, system, st, step, exchange_s)
     phase = ph.model_copy(
         update={
             "time_s": time_s,
-            "resources": [compute, *others, latency],
-            "bubble_s": float(st.bubble_s),
+            "resources": [compute, *_retimed(ph.resources[1:], sp), latency],
+            "bubble_s": float(sp.bubble_s[0]),
             "dispatch_s": 0.0,
-            "operators": operators,
+            "operators": _training_parts(sp),
         }
     )
     return base.model_copy(
@@ -819,43 +784,23 @@ def price_training(ledger: Ledger, system: System, st: StepTimes, kernels: str, 
     )
 
 
-def _training_parts(
-    ledger: Ledger, system: System, st: StepTimes, step: GpuStep, exchange_s: float
-) -> list[OperatorTime]:
+def _training_parts(sp: StepPrice) -> list[OperatorTime]:
     """A training step's time by part (:data:`TRAINING_PARTS`): each operator class over the micro-batches, the
     pipeline sends and CP gathers, the bubble, the optimizer, the exchanges' compute and the SMs collectives hold."""
-    mb = float(st.microbatches)
-    gather = serial_send_s(ledger, system, (CP_GATHER,)) * mb
+    st, gpu = sp.steps, sp.gpu
+    assert st is not None and gpu is not None and sp.cp_gather_s is not None and sp.exchange_s is not None
+    mb = float(st.microbatches[0])
+    gather = float(sp.cp_gather_s[0]) * mb
     parts = {
-        **{c: float(t) * mb for c, t in st.per_microbatch.by_class().items()},
-        "p2p": float(st.p2p_s) * mb - gather,
+        **{c: float(t[0]) * mb for c, t in st.per_microbatch.by_class().items()},
+        "p2p": float(st.p2p_s[0]) * mb - gather,
         "cp_gather": gather,
-        "bubble": float(st.bubble_s),
-        "optimizer": float(st.optimizer_s),
-        "exchange": exchange_s,
-        "sm_share": float(step.sm_share_s),
+        "bubble": float(st.bubble_s[0]),
+        "optimizer": float(st.optimizer_s[0]),
+        "exchange": float(sp.exchange_s[0]),
+        "sm_share": float(gpu.sm_share_s[0]),
     }
-    time_s = float(step.time_s)
+    time_s = float(gpu.time_s[0])
     return [
         OperatorTime(operator=k, label=TRAINING_PARTS[k], time_s=t, share=t / time_s) for k, t in parts.items() if t > 0
     ]
-
-
-def serial_send_s(led: Ledger, system: System, purposes: tuple[str, ...] = (PP_TRAFFIC, CP_GATHER)) -> float:
-    """Seconds per micro-batch slot of the link traffic in series with the kernels -- pipeline sends, and the K/V
-    all-gathers of ``cp_method: allgather`` -- from the ledger's traffic of those ``purposes`` on its links."""
-    ph = led.phases[0]
-    sent = [t for t in ph.traffic if t.purpose in purposes]
-    if not sent or led.training is None:
-        return 0.0
-    links = resource_times(ph.model_copy(update={"traffic": sent}), system, led.compute_dtype)
-    return sum(x.time_s for x in links if x.kind == "link") / led.training.num_microbatches
-
-
-def optimizer_step_bytes(led: Ledger) -> float:
-    """Device-memory bytes of the optimizer step: states read and written, gradients read, weights written
-    (none when the optimizer runs on the host)."""
-    hbm = {i.category: i.bytes for i in led.memory if i.tier == "hbm"}
-    if "optimizer" not in hbm:
-        return 0.0
-    return 2.0 * hbm["optimizer"] + hbm.get("gradients", 0.0) + hbm.get("weights", 0.0)

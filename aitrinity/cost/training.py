@@ -673,13 +673,29 @@ def _parallelism(lay: Layout, plan: Plan) -> Parallelism:
     )
 
 
-def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
-    """The ledger of one training step: the columns of a batch of one plan."""
+@dataclass(frozen=True)
+class PlanColumns:
+    """One plan as a batch of one: its layout, its row, its ledger columns and its gradient synchronisation."""
+
+    layout: Layout
+    row: Rows
+    columns: Columns
+    sync: GradSync
+
+
+def plan_columns(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> PlanColumns:
+    """The columns of a batch of one plan (:func:`columns`), after the plan's checks (:func:`layout`)."""
     lay = layout(m, job, plan, system)
     sync = grad_sync(m, plan)
-    L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
     row = Rows.of(plan)
-    c = columns(m, job, plan, L, row, [sync])
+    L = layout_constants(m, job, plan, lay.tp, lay.pp, lay.dp)
+    return PlanColumns(lay, row, columns(m, job, plan, L, row, [sync]), sync)
+
+
+def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
+    """The ledger of one training step: the columns of a batch of one plan."""
+    pc = plan_columns(m, job, plan, system)
+    lay, row, c, sync = pc.layout, pc.row, pc.columns, pc.sync
     p, mb = lay.pp, lay.num_microbatches
     s, b = job.seq_len, lay.micro_batch
     memory = _memory_items(plan, row, c, sync)
@@ -705,12 +721,12 @@ def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, syste
         pipeline_bubble_fraction=(p - 1) / (mb * v),
         operators=mb * float(c.layers_peak[0]) * OPERATORS_PER_LAYER * (3.0 + (plan.recompute == "full")),
     )
-    pc = count(m)
+    params = count(m)
     return Ledger(
         scenario=name,
         model=m.name,
-        params_total=pc.total,
-        params_active=pc.active(m),
+        params_total=params.total,
+        params_active=params.active(m),
         num_devices=system.num_devices,
         compute_dtype=plan.compute_dtype,
         parallelism=_parallelism(lay, plan),

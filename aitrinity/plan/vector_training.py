@@ -1,10 +1,10 @@
 """Vectorized pricing of many training plans at once (numpy), for the planner.
 
-The ledger of every row comes from :func:`aitrinity.cost.training.columns`, the same function
-:func:`aitrinity.cost.training.training_ledger` calls for one plan (a batch of one). What this module adds
-is the pricing of those columns, row-wise: the per-resource times, the operator model's step and the
-feasibility checks of :mod:`aitrinity.cost.estimate`. ``tests/plan/test_vector_training.py`` checks that
-pricing against the one-plan estimate on every configuration of small spaces.
+The ledger of every row comes from :func:`aitrinity.cost.training.columns` and its price from
+:func:`aitrinity.cost.training_pricing.price_columns`: the functions ``trinity diagnose`` calls for one plan (a
+batch of one). What this module adds is the planner's own part: the grid of rows, the compressors' effects
+computed once per scenario, the feasibility checks as columns (the one-plan path raises or reports a memory check
+instead: ``tests/plan/test_vector_training.py`` checks that they agree) and the $ and J of every row.
 
 Rows share a model, a job, a system and a parallel layout ``(tp, pp)``, and differ in micro-batch, ZeRO
 stage, recomputation, sequence parallelism, gradient compression and offloads.
@@ -18,22 +18,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from aitrinity.cost import collectives as coll
 from aitrinity.cost.effects import GradSync, grad_sync
-from aitrinity.cost.estimate import gpu_training_step, link_time, roofline_times
-from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import Kernels, roofline
-from aitrinity.cost.train_operators import (
-    TRAIN_OPERATOR_CLASSES,
-    ClassTimes,
-    MicroBatch,
-    schedule,
-    slowest_stage,
-)
-from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, Columns, columns, layout_constants
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
+from aitrinity.cost.training import Columns, columns, layout_constants
 from aitrinity.cost.training import Rows as Rows
-from aitrinity.plan.rows import combine, first_failed
+from aitrinity.cost.training_pricing import price_columns
+from aitrinity.plan.rows import first_failed
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob, chunks_fit
@@ -85,7 +76,6 @@ RESOURCES = (
     "host memory",
     "operator launch / collective latency",
 )
-_CHANNELS = ("intra_node", "inter_node", "host", "host_dram")
 
 
 SEARCHED = ("gradient-compression", "optimizer-offload", "activation-offload")
@@ -137,88 +127,8 @@ _ARCH = {
 }
 
 
-@dataclass(frozen=True)
-class _Batch:
-    """The rows of one ``(tp, pp)`` layout being priced: the scenario's model, job, base plan and system, the rows'
-    ledger columns, and their link bytes and messages per channel."""
-
-    m: ModelSpec
-    job: TrainingJob
-    base: Plan
-    system: System
-    tp: int
-    pp: int
-    rows: Rows
-    c: Columns
-    ch_bytes: dict[str, F]
-    ch_msgs: dict[str, F]
-
-
-def _roofline(b: _Batch) -> tuple[list[F], F]:
-    """The roofline's compute, HBM and per-channel link times (:func:`aitrinity.cost.estimate.resource_times`), and
-    the compute rate. Every channel is priced, host DRAM only with host memory (only offloading rows use it, and
-    they are infeasible without it)."""
-    system, base, job, rows, c, ch_bytes, ch_msgs = b.system, b.base, b.job, b.rows, b.c, b.ch_bytes, b.ch_msgs
-    zeros = np.zeros(len(rows))
-    priced = [ch for ch in _CHANNELS if ch != "host_dram" or system.host_memory is not None]
-    r = roofline_times(
-        system,
-        base.compute_dtype,
-        3.0 * c.forward + c.recompute + c.exchange,
-        rows.micro_batch.astype(np.float64) * job.seq_len / base.cp,
-        c.hbm_bytes,
-        {ch: ch_bytes.get(ch, zeros) for ch in priced},
-        {ch: ch_msgs.get(ch, zeros) for ch in priced},
-    )
-    return [r.compute_s, r.memory_s, *(r.links_s.get(ch, zeros) for ch in _CHANNELS)], r.rate
-
-
-def _serial_sends(c: Columns, system: System, n: int) -> F:
-    """The link traffic in series with the kernels: pipeline sends and CP all-gathers (``allgather``)."""
-    send = np.zeros(n)
-    for x in c.streams:
-        link = x.channel(system)
-        if x.purpose in (PP_TRAFFIC, CP_GATHER) and link is not None:
-            nbytes, msgs = x.sent()
-            send = send + link_time(system, link, nbytes, msgs)
-    return send
-
-
-def _gpu_step(b: _Batch, kernels: Kernels, times: list[F], rate: F) -> tuple[F, tuple[F, F]]:
-    """A GPU's step from the operator model, row-wise (:func:`aitrinity.cost.estimate.price_training`): the step,
-    and its compute and latency times. ``times``: the roofline's compute, HBM and per-channel link times, at
-    ``rate`` FLOP/s."""
-    m, job, base, system, tp, p, rows, c = b.m, b.job, b.base, b.system, b.tp, b.pp, b.rows, b.c
-    n, mb = len(rows), c.mb
-    v = rows.virtual_stages.astype(np.float64)
-    zeros = np.zeros(n)
-    # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
-    combos, inv = np.unique(rows.micro_batch * 6 + rows.recompute * 2 + rows.sequence_parallel, return_inverse=True)
-    ub = (combos // 6).astype(np.float64)
-    micro = MicroBatch(
-        ub, job.seq_len, (combos % 6) // 2, combos % 2 > 0, base.flash_attention, base.compute_dtype, base.cp
-    )
-    per_mb = slowest_stage(m, kernels, tp, p, base.ep, micro)
-    per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
-    opt_bytes = np.where(rows.optimizer_offload, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)
-    sched = schedule(per_mb, kernels, p, v, mb, _serial_sends(c, system, n) / mb, opt_bytes)
-    timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
-    streams = []  # the operator model times the TP and PP streams itself: the links carry the rest
-    for i, ch in enumerate(_CHANNELS):
-        if ch in ("intra_node", "inter_node"):
-            rest_b = b.ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
-            rest_m = b.ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
-            streams.append(link_time(system, ch, rest_b, rest_m))
-        else:
-            streams.append(times[2 + i])
-    sms = [ch in ("intra_node", "inter_node") for ch in _CHANNELS]
-    gpu = gpu_training_step(sched, c.exchange / rate, times[1:], streams, system, sms)
-    return np.asarray(gpu.time_s), (np.asarray(gpu.compute_s), np.asarray(gpu.latency_s))
-
-
-def _checks(b: _Batch) -> list[NDArray[np.bool_]]:
+def _checks(m: ModelSpec, system: System, tp: int, pp: int, rows: Rows, c: Columns) -> list[NDArray[np.bool_]]:
     """The feasibility constraints, in order (the first that fails names the reason)."""
-    m, system, tp, p, rows, c = b.m, b.system, b.tp, b.pp, b.rows, b.c
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
     host_cap = system.tier_capacity_per_device("host") or 0.0
     return [
@@ -228,7 +138,7 @@ def _checks(b: _Batch) -> list[NDArray[np.bool_]]:
         c.heavy & (zero >= 2),
         (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
         rows.sequence_parallel & (tp == 1),
-        ~chunks_fit(m.num_layers, p, rows.virtual_stages),
+        ~chunks_fit(m.num_layers, pp, rows.virtual_stages),
         (zero >= 3) & (c.period > 1),
     ]
 
@@ -245,44 +155,30 @@ def price_rows(
 ) -> Priced:
     """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, cp, flash attention, optimizer.
 
-    A GPU's step comes from the operator model (``kernels``, default the catalog roofline of the device),
-    as :func:`aitrinity.cost.estimate.estimate_training` prices one plan; other devices keep the phase
-    roofline of :func:`aitrinity.cost.estimate.price`."""
+    The rows' ledger columns (:func:`aitrinity.cost.training.columns`) priced by
+    :func:`aitrinity.cost.training_pricing.price_columns`, as ``trinity diagnose`` prices one plan: the operator model
+    on a GPU (``kernels``, default the catalog roofline of the device), the phase roofline on other devices."""
     dp = system.num_devices // (tp * pp * base.cp)
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
     c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
-    n, p, mb = len(rows), pp, c.mb
-    v = rows.virtual_stages.astype(np.float64)
-    ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)  # link bytes and messages per channel
-    batch = _Batch(m, job, base, system, tp, pp, rows, c, ch_bytes, ch_msgs)
-
-    # --- pricing (the roofline of estimate.resource_times, and combine)
-    times, rate = _roofline(batch)
-    zeros = np.zeros(n)
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
-    if kernels is None:
-        bubble = (p - 1) / (mb * v) * times[0]
-        operators = mb * c.layers_peak * OPERATORS_PER_LAYER * (3.0 + (rows.recompute == 2))
-        step = combine(times, system) + bubble + operators * system.eff.op_overhead_s
-    else:
-        step, gpu_times = _gpu_step(batch, kernels, times, rate)
-        times = [gpu_times[0], *times[1:], gpu_times[1]]
-
-    # --- feasibility, first failed constraint wins
-    reason = first_failed(_checks(batch), n)
+    sp = price_columns(m, job.seq_len, base, system, (tp, pp), rows, c, kernels)
+    times = sp.resources if kernels is not None else sp.resources[:-1]
+    reason = first_failed(_checks(m, system, tp, pp, rows, c), len(rows))  # the first failed constraint wins
     nodes = system.num_devices
     price = system.price_per_hour_usd
+    zeros = np.zeros(len(rows))
     return Priced(
         feasible=reason == 0,
         reason=reason,
-        step_time_s=step,
+        step_time_s=sp.step_s,
         hbm_bytes=c.hbm_resident,
         host_bytes=c.host_resident,
-        link_bytes=ch_bytes.get("intra_node", zeros) + ch_bytes.get("inter_node", zeros) + ch_bytes.get("host", zeros),
-        compute_s=times[0],
+        link_bytes=sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros),
+        compute_s=sp.compute_s,
         binding=np.argmax(np.stack(times), axis=0),
-        usd_per_step=step * (price * nodes / 3600.0 if price is not None else np.nan),
-        joules_per_step=step * system.power_W * nodes,
+        usd_per_step=sp.step_s * (price * nodes / 3600.0 if price is not None else np.nan),
+        joules_per_step=sp.step_s * system.power_W * nodes,
     )

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aitrinity.cost.estimate import price, price_phase
+from aitrinity.cost.estimate import price_phase, price_training_ledger
 from aitrinity.cost.flops import score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token, layer_activation_bytes, layer_activations
@@ -230,7 +230,8 @@ def _timed_rows(case: Case, system: System, model: Any, ids: Any, cache: Any, re
 
     job = TrainingJob(seq_len=s, global_batch=b)
     plan = fp32.model_copy(update={"micro_batch": b, "flash_attention": False})
-    train_s = price(training_ledger("validate", m, job, plan, system), system).training.step_time_s  # type: ignore[union-attr]
+    led = training_ledger("validate", m, job, plan, system)
+    train_s = price_training_ledger(led, m, plan, system).training.step_time_s  # type: ignore[union-attr]
     return [
         _row(
             case.name,

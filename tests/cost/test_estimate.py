@@ -73,31 +73,3 @@ def test_link_time_is_alpha_beta():
         link.bandwidth_Bps * link.efficiency
     )
     assert ib.time_s == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("overlap", "comm", "lent", "time"),
-    [
-        ("max", 1.0, 0.15, 2.15),  # max(B + s·C, C, copy) = max(2.15, 1, 0.5)
-        ("max", 4.0, 0.6, 4.0),  # the collective outlasts the slowed GPU work: max(2.6, 4, 0.5)
-        ("partial", 1.0, 0.075, 2.075 + 0.5 * 1.5),  # s·f·C; then hi + (1 - f)·(total - hi)
-        ("sum", 1.0, 0.0, 3.5),  # nothing runs beside the collective
-    ],
-)
-def test_overlapped_collectives_holding_sms_slow_the_gpu_work_beside_them(overlap, comm, lent, time):
-    """``system.comm_sm_share`` s = 0.15: a collective of C seconds overlapped with B = 2 s of GPU work holds s of the
-    SMs while it runs (DeepSeek-V3's all-to-all kernels: 20 of 132 SMs); a 0.5 s host-link copy runs on the copy
-    engines and holds none."""
-    from aitrinity.cost.estimate import gpu_training_step
-    from aitrinity.cost.train_operators import ClassTimes, StepTimes
-
-    st = StepTimes(ClassTimes(0.5, 0.0, 0.0, 0.0), 4.0, 0.0, 0.0, 0.0)  # 4 micro-batches of 0.5 s of GEMMs
-    system = make_system(n=16, overlap=overlap, comm_sm_share=0.15)
-    step = gpu_training_step(st, 0.0, [], [comm, 0.5], system, [True, False])
-    assert float(step.sm_share_s) == pytest.approx(lent)
-    assert float(step.time_s) == pytest.approx(time)
-    # marked as copies, the same streams hold no SMs: the step of a system without the share
-    plain = gpu_training_step(st, 0.0, [], [comm, 0.5], make_system(n=16, overlap=overlap), [True, False])
-    copies = gpu_training_step(st, 0.0, [], [comm, 0.5], system, [False, False])
-    without = max(2.0, comm) if overlap == "max" else time - lent
-    assert float(copies.time_s) == float(plain.time_s) == pytest.approx(without)

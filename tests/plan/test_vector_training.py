@@ -1,7 +1,9 @@
-"""The planner's row-wise pricing equals the one-plan ledger + estimate on every configuration of small spaces:
-the operator model on GPUs (one step model, :func:`aitrinity.cost.estimate.estimate_training`), the phase
-roofline elsewhere. Both read the ledger from :func:`aitrinity.cost.training.columns`; what this checks is the
-two pricings of it (and the one-plan ledger's assembly from the columns)."""
+"""The planner's rows are the one-plan estimate: every configuration of small spaces, priced as rows of one layout,
+gives the step, memory, bytes and feasibility of ``training_ledger`` + its Estimate. Both price with
+:func:`aitrinity.cost.training_pricing.price_columns`; what this checks is the rest -- a row's columns among many
+equal the columns of a batch of one (the compressors' effects computed once per scenario, the grid), the feasibility
+columns agree with the one-plan checks and memory checks, and on devices without the operator model the columns'
+phase roofline equals the ledger's (:func:`aitrinity.cost.estimate.price`)."""
 
 import itertools
 
@@ -88,7 +90,7 @@ def _rows():
 
 @pytest.mark.parametrize("gpu", [True, False], ids=["operator-model", "roofline"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[3]}-pp{c[4]}")
-def test_every_row_matches_the_scalar_ledger(case, gpu):
+def test_every_row_is_the_one_plan_estimate(case, gpu):
     name, n, per_node, tp, pp, job, base, sys_kw = case
     m = catalog.model(name)
     system = make_system(n=n, per_node=per_node, **sys_kw)
