@@ -34,6 +34,7 @@ from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, fo
 if TYPE_CHECKING:
     from aitrinity.cost.concurrency import SteadyState
     from aitrinity.cost.kernels import Kernels
+    from aitrinity.cost.serving_pricing import PhaseTimes
     from aitrinity.cost.training_pricing import StepPrice
     from aitrinity.spec.model import ModelSpec
     from aitrinity.spec.scenario import Plan, ServingJob
@@ -403,27 +404,11 @@ def price(ledger: Ledger, system: System) -> Estimate:
     """Price every phase of the ledger on the phase roofline and derive throughput, MFU, $ and J."""
     base = priced_resources(ledger, system)
     phases = base.phases
-    n = system.num_devices
-    power = system.power_W * n
-    usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
     training = serving = None
     if ledger.training:
         training = training_metrics(ledger, system, phases[0].time_s)
     if ledger.serving:
-        f = ledger.serving
-        ttft, tpot = phases[0].time_s, phases[1].time_s
-        latency = ttft + f.output_tokens * tpot
-        batch = max(f.batch, 1)
-        per_batch_tokens = batch * f.output_tokens * f.pipeline_batches_in_flight * f.replicas
-        serving = ServingMetrics(
-            ttft_s=ttft,
-            tpot_s=tpot,
-            request_latency_s=latency,
-            output_tokens_per_s=batch * f.pipeline_batches_in_flight * f.replicas / tpot,
-            throughput_tokens_per_s=per_batch_tokens / latency,
-            joules_per_output_token=power * latency / per_batch_tokens,
-            usd_per_million_output_tokens=usd_rate * latency / per_batch_tokens * 1e6 if usd_rate is not None else None,
-        )
+        serving = static_metrics(ledger, system, np.array([phases[0].time_s]), np.array([phases[1].time_s]))
     return base.model_copy(update={"training": training, "serving": serving})
 
 
@@ -449,9 +434,9 @@ def with_operators(
     extra: list[ResourceTime],
     parts: dict[str, tuple[str, float]],
 ) -> PhaseEstimate:
-    """A phase re-timed by the operator model. Its roofline resources stay; the time of the GPU step above
-    the slowest of them (``step_s`` - floor) is the launch / collective-latency resource; ``extra`` are the
-    serving protocol's own terms (queueing, other requests' prefill); the operator classes are listed.
+    """A phase re-timed by the operator model (the disaggregated pools'). Its roofline resources stay; the time of the
+    GPU step above the slowest of them (``step_s`` - floor) is the launch / collective-latency resource; ``extra`` are
+    the serving protocol's own terms (queueing, other requests' prefill); the operator classes are listed.
 
     Streams of exchanges over host, storage or remote links (KV offload, weight streaming, a prefix cache
     in a lower tier) are not GPU operators: they combine with the operator time under the system's overlap
@@ -459,8 +444,20 @@ def with_operators(
     floor = max(r.time_s for r in ph.resources)
     streams = [r.time_s for r in ph.resources if r.kind == "link" and r.channel not in GPU_CHANNELS]
     time_s = max(combine([time_s, *streams], system.overlap, system.overlap_fraction), floor)
+    return operator_phase(ph, time_s, step_s - floor, extra, parts)
+
+
+def operator_phase(
+    ph: PhaseEstimate,
+    time_s: float,
+    above_floor_s: float,
+    extra: list[ResourceTime],
+    parts: dict[str, tuple[str, float]],
+) -> PhaseEstimate:
+    """A phase at the operator model's ``time_s``: its roofline resources, the step's time above the slowest of them
+    as the launch / collective-latency resource, the serving protocol's ``extra`` terms and the operator classes."""
     latency = _launch_latency(
-        step_s - floor, "kernel launches, all-reduce latency and engine step time above the roofline's slowest resource"
+        above_floor_s, "kernel launches, all-reduce latency and engine step time above the roofline's slowest resource"
     )
     ops = [
         OperatorTime(operator=k, label=label, time_s=t, share=t / time_s if time_s else 0.0)
@@ -478,6 +475,15 @@ def with_operators(
     )
 
 
+def _retimed(
+    resources: list[ResourceTime], compute: ArrayLike, memory: ArrayLike, links: Mapping[str, ArrayLike]
+) -> list[ResourceTime]:
+    """The ledger's resources (what each moved or computed) at the times the one pricing gives the plan's row."""
+    times: dict[str, ArrayLike] = {"compute": compute, "memory_bandwidth": memory}
+    times.update({LINK_IDS[ch]: t for ch, t in links.items()})
+    return [r.model_copy(update={"time_s": float(np.asarray(times[r.id]).reshape(-1)[0])}) for r in resources]
+
+
 def estimate_concurrency(
     ledger: Ledger, m: ModelSpec, plan: Plan, job: ServingJob, system: System, kernels: Kernels, notes: list[str]
 ) -> Estimate:
@@ -488,7 +494,8 @@ def estimate_concurrency(
     ledger's links). ``plan`` is the scenario's (its quantizations applied here)."""
     from aitrinity.cost.concurrency import steady_state
     from aitrinity.cost.operators import Layout, ScaleOut
-    from aitrinity.cost.serving import effects, prefill_phase
+    from aitrinity.cost.serving import effects, phase_columns, plan_arrays
+    from aitrinity.cost.serving_pricing import phase_times
 
     qplan, fx = effects(plan)
     assert ledger.serving is not None
@@ -497,8 +504,10 @@ def estimate_concurrency(
 
         return estimate_disaggregated(ledger, m, plan, job, system, kernels, notes)
     c, running = max(ledger.serving.batch, 1), ledger.serving.running
-    one = prefill_phase(m, qplan, system, 1, job.prompt_tokens, fx)
-    ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
+    # one request's prefill (TTFT's floor) and the decode step of the requests that run, as the ledger has it
+    one, dec = phase_columns(plan_arrays(m, qplan, fx), 1, max(running, 1), job.prompt_tokens, job.output_tokens)
+    ledger = ledger.model_copy(update={"phases": [one.ledger("prefill", 0, system), ledger.phases[1]]})
+    times = (phase_times(one, system, ledger.compute_dtype), phase_times(dec, system, ledger.compute_dtype))
     lay = Layout(
         tp=qplan.tp,
         ep=qplan.ep,
@@ -524,7 +533,7 @@ def estimate_concurrency(
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
     if float(ss.slot_wait_s) > 0 and preempts(system.engine) and 2 * job.output_tokens >= job.prompt_tokens:
         notes.append(preemption_note(m.name, system.device.name, system.engine, qplan, c, job))
-    return price_concurrency(ledger, system, ss, kernels.source, notes)
+    return price_concurrency(ledger, system, ss, times, kernels.source, notes)
 
 
 def prices_with_operators(system: System, serving: ServingJob | None) -> bool:
@@ -548,10 +557,60 @@ def price_serving_ledger(
     the operator model (``kernels``, default the device's catalog roofline; ``notes`` say where they fell back) for
     ``mode: concurrency``, the static-batch phase roofline for ``mode: static``."""
     if not prices_with_operators(system, job):
-        return price(ledger, system)
+        return estimate_static(ledger, m, plan, system)
     from aitrinity.cost.kernels import roofline
 
     return estimate_concurrency(ledger, m, plan, job, system, kernels or roofline(system.device), list(notes))
+
+
+def estimate_static(ledger: Ledger, m: ModelSpec, plan: Plan, system: System) -> Estimate:
+    """A static batch (``mode: static``), priced as the planner prices its rows
+    (:func:`aitrinity.cost.serving_pricing.static_times` on the plan's columns): the batch prefilled at once, then
+    decoded, each phase on the roofline with its operators' dispatch; every pipeline stage holds a batch."""
+    from aitrinity.cost.serving import effects, phase_columns, plan_arrays
+    from aitrinity.cost.serving_pricing import phase_times, static_times
+
+    f = ledger.serving
+    assert f is not None
+    qplan, fx = effects(plan)
+    b = max(f.running, 1)
+    cols = phase_columns(plan_arrays(m, qplan, fx), b, b, f.prompt_tokens, f.output_tokens)
+    pre, dec = (phase_times(c, system, ledger.compute_dtype) for c in cols)
+    ttft, tpot = static_times(system, pre, dec)
+    base = priced_resources(ledger, system)
+    phases = [
+        ph.model_copy(
+            update={
+                "time_s": float(t[0]),
+                "resources": _retimed(ph.resources, times.compute, times.hbm, times.links),
+                "dispatch_s": float(times.dispatch[0]),
+            }
+        )
+        for ph, times, t in zip(base.phases, (pre, dec), (ttft, tpot), strict=True)
+    ]
+    serving = static_metrics(ledger, system, ttft, tpot)
+    return base.model_copy(update={"phases": phases, "serving": serving})
+
+
+def static_metrics(
+    ledger: Ledger, system: System, ttft: NDArray[np.float64], tpot: NDArray[np.float64]
+) -> ServingMetrics:
+    """A static batch's metrics (:func:`aitrinity.cost.serving_pricing.static_rates`) from its phases' times."""
+    from aitrinity.cost.serving_pricing import static_rates
+
+    f = ledger.serving
+    assert f is not None
+    r = static_rates(system, max(f.batch, 1), f.pipeline_batches_in_flight, f.replicas, f.output_tokens, ttft, tpot)
+    usd = float(r.usd_per_million_tokens[0])
+    return ServingMetrics(
+        ttft_s=float(ttft[0]),
+        tpot_s=float(tpot[0]),
+        request_latency_s=float(r.latency_s[0]),
+        output_tokens_per_s=float(r.tokens_per_s[0]),
+        throughput_tokens_per_s=float(r.throughput_tokens_per_s[0]),
+        joules_per_output_token=float(r.joules_per_token[0]),
+        usd_per_million_output_tokens=None if np.isnan(usd) else usd,
+    )
 
 
 PREEMPTION_NOTE = (
@@ -582,16 +641,30 @@ def preempts(engine: str) -> bool:
     return not kv_pool(engine).reserve_output
 
 
-def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: str, notes: list[str]) -> Estimate:
-    """The Estimate of serving at a fixed concurrency: the ledger's roofline resources per phase, the phase
-    times of the operator model's steady state (``ss``, one replica; :mod:`aitrinity.cost.concurrency`),
+def price_concurrency(
+    ledger: Ledger,
+    system: System,
+    ss: SteadyState,
+    phases: tuple[PhaseTimes, PhaseTimes],
+    kernels: str,
+    notes: list[str],
+) -> Estimate:
+    """The Estimate of serving at a fixed concurrency: the roofline resources of one request's prefill and of the
+    decode step (``phases``, :func:`aitrinity.cost.serving_pricing.phase_times` of the ledger's columns), the phase
+    times of the operator model's steady state (``ss``, one replica; :mod:`aitrinity.cost.concurrency`) with the
+    exchanges' streams (:func:`aitrinity.cost.serving_pricing.concurrency_times`, as the planner prices its rows),
     and throughput, $ and J from it. ``prefill`` is one request's TTFT, ``decode_step`` its TPOT."""
     from aitrinity.cost.operators import OPERATOR_LABELS
+    from aitrinity.cost.serving_pricing import concurrency_rates, concurrency_times
 
     base = priced_resources(ledger, system)
     f = ledger.serving
     assert f is not None
-    ttft, tpot = float(ss.ttft_s), float(ss.tpot_s)
+    one, dec = phases
+    # the decode phase is a decode's step, which a one-token output (TPOT 0) never takes
+    tpot_op = ss.tpot_s if float(ss.tpot_s) else ss.decode_step.total
+    ttft_t, dec_t = concurrency_times(system, one, dec, ss.ttft_s, tpot_op)
+    ttft = float(ss.ttft_s)
     steps = ss.prefill_steps_s
     mix_total = float(ss.mixed_step.total)
     pre_parts = {"request": ("server work per request (HTTP, tokenization)", float(ss.request_s))}
@@ -625,23 +698,21 @@ def price_concurrency(ledger: Ledger, system: System, ss: SteadyState, kernels: 
         time_s=float(ss.interference_s),
         detail="the amortised share of the prompts that join the running batch",
     )
-    phases = [
-        with_operators(base.phases[0], system, ttft, mix_total, [queue, slots], pre_parts),
-        # the decode phase is a decode's step, which a one-token output (TPOT 0) never takes
-        with_operators(
-            base.phases[1],
-            system,
-            tpot or float(ss.decode_step.total),
-            float(ss.decode_step.total),
-            [chunks],
-            dec_parts,
-        ),
+    pre_ph, dec_ph = (
+        ph.model_copy(update={"resources": _retimed(ph.resources, t.compute, t.hbm, t.links)})
+        for ph, t in zip(base.phases, phases, strict=True)
+    )
+    out = [
+        operator_phase(pre_ph, float(ttft_t[0]), mix_total - float(one.floor()[0]), [queue, slots], pre_parts),
+        operator_phase(dec_ph, float(dec_t[0]), float(ss.decode_step.total - dec.floor()[0]), [chunks], dec_parts),
     ]
-    c, osl = max(f.batch, 1), f.output_tokens
-    ttft, tpot = phases[0].time_s, phases[1].time_s if osl > 1 else 0.0  # one output token: no TPOT
-    latency = ttft + (osl - 1) * tpot
-    serving = concurrency_metrics(system, ttft, tpot, latency, c * osl / latency * f.replicas)
-    return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels, "notes": notes})
+    osl = f.output_tokens
+    tpot = dec_t if osl > 1 else np.zeros(1)  # one output token: no TPOT
+    r = concurrency_rates(system, max(f.batch, 1), f.replicas, osl, ttft_t, tpot)
+    serving = concurrency_metrics(
+        system, float(ttft_t[0]), float(tpot[0]), float(r.latency_s[0]), float(r.tokens_per_s[0])
+    )
+    return base.model_copy(update={"phases": out, "serving": serving, "kernels": kernels, "notes": notes})
 
 
 def concurrency_metrics(
@@ -719,13 +790,6 @@ def estimate_training(
     return price_training(ledger, system, sp, kernels.source, notes)
 
 
-def _retimed(resources: list[ResourceTime], sp: StepPrice) -> list[ResourceTime]:
-    """The ledger's resources (what each moved or computed) at the times the step's pricing gives them."""
-    times = {"compute": sp.compute_s, "memory_bandwidth": sp.memory_s}
-    times.update({LINK_IDS[ch]: t for ch, t in sp.links_s.items()})
-    return [r.model_copy(update={"time_s": float(times[r.id][0])}) for r in resources]
-
-
 def _roofline_training(ledger: Ledger, system: System, sp: StepPrice) -> Estimate:
     """The Estimate of a training step on the phase roofline (a device without the operator model)."""
     base = priced_resources(ledger, system)
@@ -734,7 +798,7 @@ def _roofline_training(ledger: Ledger, system: System, sp: StepPrice) -> Estimat
     phase = ph.model_copy(
         update={
             "time_s": time_s,
-            "resources": _retimed(ph.resources, sp),
+            "resources": _retimed(ph.resources, sp.compute_s, sp.memory_s, sp.links_s),
             "bubble_s": float(sp.bubble_s[0]),
             "dispatch_s": float(sp.dispatch_s[0]),
         }
@@ -768,7 +832,7 @@ def price_training(ledger: Ledger, system: System, sp: StepPrice, kernels: str, 
     phase = ph.model_copy(
         update={
             "time_s": time_s,
-            "resources": [compute, *_retimed(ph.resources[1:], sp), latency],
+            "resources": [compute, *_retimed(ph.resources[1:], sp.compute_s, sp.memory_s, sp.links_s), latency],
             "bubble_s": float(sp.bubble_s[0]),
             "dispatch_s": 0.0,
             "operators": _training_parts(sp),

@@ -227,7 +227,7 @@ def max_batch(m: ModelSpec, plan: Plan, system: System, job: ServingJob) -> int:
     weights = weight_bytes_per_device(m, plan)
     prompt, ctx = job.prompt_tokens, job.output_tokens + job.prompt_tokens
     kv_seq = kv_bytes_per_sequence_per_device(m, plan, ctx)
-    arrays, usable = _one(m, plan, fx), system.usable_memory_bytes
+    arrays, usable = plan_arrays(m, plan, fx), system.usable_memory_bytes
 
     def fits(b: int) -> bool:
         return bool(arrays.device_bytes(arrays.memory(np.array([float(b)]), prompt, ctx))[0] <= usable)
@@ -597,7 +597,7 @@ class ServingArrays:
         return items
 
 
-def _one(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
+def plan_arrays(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
     """The arrays of one plan (its own dtypes, its KV offload): a batch of one row."""
     off = fx.kv_offload
     rows = ServingRows(
@@ -613,6 +613,15 @@ def _one(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
     return ServingArrays(m, plan, fx, rows, off.tier if off else "host")
 
 
+def phase_columns(
+    arrays: ServingArrays, prefill_batch: int, decode_batch: int, prompt: int, output: int
+) -> tuple[PhaseColumns, PhaseColumns]:
+    """One plan's prefill of ``prefill_batch`` prompts and its decode step of ``decode_batch`` sequences at the mean
+    context (``prompt + output // 2``), as columns of its one row (:func:`plan_arrays`)."""
+    pre = arrays.prefill(np.array([float(prefill_batch)]), prompt)
+    return pre, arrays.decode(np.array([float(decode_batch)]), prompt + output // 2)
+
+
 def prefill_phase(
     m: ModelSpec, plan: Plan, system: System, batch: int, prompt: int, fx: ServingEffects = NO_EFFECTS
 ) -> PhaseLedger:
@@ -620,14 +629,14 @@ def prefill_phase(
 
     ``plan`` must already carry quantized dtypes (:func:`effects`).
     """
-    return _one(m, plan, fx).prefill(np.array([float(batch)]), prompt).ledger("prefill", 0, system)
+    return plan_arrays(m, plan, fx).prefill(np.array([float(batch)]), prompt).ledger("prefill", 0, system)
 
 
 def decode_phase(
     m: ModelSpec, plan: Plan, system: System, batch: int, context: int, fx: ServingEffects = NO_EFFECTS
 ) -> PhaseLedger:
     """One decode step of ``batch`` sequences whose context is ``context`` tokens."""
-    return _one(m, plan, fx).decode(np.array([float(batch)]), context).ledger("decode_step", 0, system)
+    return plan_arrays(m, plan, fx).decode(np.array([float(batch)]), context).ledger("decode_step", 0, system)
 
 
 def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system: System) -> Ledger:
@@ -649,7 +658,8 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
     running = min(batch, fit) if waits else batch
     bsz = max(running, 1)
     prompt, out = job.prompt_tokens, job.output_tokens
-    arrays, batches = _one(m, plan, fx), np.array([float(bsz)])
+    arrays = plan_arrays(m, plan, fx)
+    pre, dec = phase_columns(arrays, bsz, bsz, prompt, out)
     pc = count(m)
     return Ledger(
         scenario=name,
@@ -668,11 +678,8 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             sequence_parallel=plan.sequence_parallel,
             cp=plan.cp,
         ),
-        phases=[
-            arrays.prefill(batches, prompt).ledger("prefill", 0, system),
-            arrays.decode(batches, prompt + out // 2).ledger("decode_step", 0, system),  # at the mean context
-        ],
-        memory=arrays.memory_items(arrays.memory(batches, prompt, ctx), 0),
+        phases=[pre.ledger("prefill", 0, system), dec.ledger("decode_step", 0, system)],
+        memory=arrays.memory_items(arrays.memory(np.array([float(bsz)]), prompt, ctx), 0),
         serving=ServingFacts(
             prompt_tokens=prompt,
             output_tokens=out,

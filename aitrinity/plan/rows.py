@@ -7,16 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from aitrinity.cost.estimate import combine_rows
-from aitrinity.spec.scenario import System
-
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
-
-
-def combine(times: Sequence[F], system: System) -> F:
-    """:func:`aitrinity.cost.estimate.combine` for arrays of rows: max, sum or partial overlap."""
-    return combine_rows(times, system.overlap, system.overlap_fraction)
 
 
 def first_failed(checks: Sequence[NDArray[np.bool_]], n: int) -> Ints:

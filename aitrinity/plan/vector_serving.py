@@ -1,10 +1,12 @@
 """Vectorized pricing of many serving plans at once (numpy), for the planner.
 
 The phases and memory of every row come from :class:`aitrinity.cost.serving.ServingArrays`, the same arrays
-:func:`aitrinity.cost.serving.serving_ledger` reads for one plan (a batch of one). What this module adds is their
-pricing, row-wise, as :func:`aitrinity.cost.estimate.price_serving_ledger` prices one plan: the operator model's
-steady state at fixed concurrency (``mode: concurrency``, the default; the same
-:func:`~aitrinity.cost.concurrency.steady_state` on the rows' arrays) or the static-batch roofline. Rows share a
+:func:`aitrinity.cost.serving.serving_ledger` reads for one plan (a batch of one), and their price from
+:mod:`aitrinity.cost.serving_pricing`, which :func:`aitrinity.cost.estimate.price_serving_ledger` renders for one
+plan: the operator model's steady state at fixed concurrency (``mode: concurrency``, the default; the same
+:func:`~aitrinity.cost.concurrency.steady_state` on the rows' arrays) or the static-batch roofline. What this module
+adds is the planner's own part: the steady states of many layouts in one call (:func:`answer_steady`), the
+feasibility columns and the binding resource of every row. Rows share a
 model, a job and a system and differ in layout (TP, PP and EP degrees), batch size (the concurrency), the fraction of
 the KV cache offloaded to host memory, weight quantization and KV quantization: a search prices all its layouts in
 one call. A prefix cache, KV compression or weight
@@ -20,10 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from aitrinity.cost import collectives as coll
 from aitrinity.cost.concurrency import steady_state
-from aitrinity.cost.estimate import GPU_CHANNELS, roofline_times
-from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import KV, WEIGHTS, Dtypes, Kernels, MixedKernels, roofline
 from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.cost.serving import KV_DTYPES as KV_DTYPES
@@ -35,8 +34,17 @@ from aitrinity.cost.serving import (
     effects,
 )
 from aitrinity.cost.serving import ServingRows as ServingRows
+from aitrinity.cost.serving_pricing import (
+    PhaseTimes,
+    ServingRates,
+    concurrency_rates,
+    concurrency_times,
+    phase_times,
+    static_rates,
+    static_times,
+)
 from aitrinity.cost.speculation import Speculation
-from aitrinity.plan.rows import combine, first_failed
+from aitrinity.plan.rows import first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
@@ -275,7 +283,7 @@ def _concurrency_metrics(
     system: System,
     rows: ServingRows,
     job: ServingJob,
-    phases: tuple[Phase, Phase],
+    phases: tuple[PhaseTimes, PhaseTimes],
     runs: NDArray[np.bool_],
     answer: SteadyAnswer,
 ) -> _Metrics:
@@ -285,51 +293,30 @@ def _concurrency_metrics(
     n_out = job.output_tokens
     if n_out == 1:  # no step after the first token: no TPOT (cost.concurrency's module doc)
         tpot = np.zeros_like(tpot)
-    latency = ttft + (n_out - 1) * tpot
-    replicas = _replicas(system, rows)
-    rate = rows.batch.astype(np.float64) * n_out / latency * replicas
-    price = system.price_per_hour_usd
-    usd = price * system.num_devices / 3600.0 / rate * 1e6 if price is not None else np.full(len(rows), np.nan)
-    joules = system.power_W * system.num_devices / rate
-    return _Metrics(ttft, tpot, latency, rate, rate, usd, joules, binding)
+    r = concurrency_rates(system, rows.batch, _replicas(system, rows), n_out, ttft, tpot)
+    return _Metrics(ttft, tpot, *_rates(r), binding)
 
 
 def _static_metrics(
-    m: ModelSpec, system: System, rows: ServingRows, job: ServingJob, phases: tuple[Phase, Phase], pre_ops: F
+    system: System, rows: ServingRows, job: ServingJob, phases: tuple[PhaseTimes, PhaseTimes]
 ) -> _Metrics:
     """A static batch: the batch prefilled at once, then decoded, on the phase roofline with the per-operator
     overhead; every pipeline stage holds a batch."""
     pre, dec = phases
-    B, n_out, pp, replicas = rows.batch.astype(np.float64), job.output_tokens, rows.pp, _replicas(system, rows)
-    ttft = combine(pre.times(), system) + pre_ops * system.eff.op_overhead_s
-    tpot = combine(dec.times(), system) + float(m.num_layers * OPERATORS_PER_LAYER) * system.eff.op_overhead_s
+    ttft, tpot = static_times(system, pre, dec)
     binding: Ints = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
-    latency = ttft + n_out * tpot
-    out_tokens = B * n_out * pp * replicas
-    price = system.price_per_hour_usd
-    usd = (
-        price * system.num_devices * latency / 3600.0 / out_tokens * 1e6
-        if price is not None
-        else np.full(len(rows), np.nan)
-    )
-    joules = system.power_W * system.num_devices * latency / out_tokens
-    return _Metrics(ttft, tpot, latency, B * pp * replicas / tpot, out_tokens / latency, usd, joules, binding)
+    r = static_rates(system, rows.batch, rows.pp, _replicas(system, rows), job.output_tokens, ttft, tpot)
+    return _Metrics(ttft, tpot, *_rates(r), binding)
+
+
+def _rates(r: ServingRates) -> tuple[F, F, F, F, F]:
+    return r.latency_s, r.tokens_per_s, r.throughput_tokens_per_s, r.usd_per_million_tokens, r.joules_per_token
 
 
 def _replicas(system: System, rows: ServingRows) -> Ints:
     """Model replicas on the system's devices: each holds ``tp x pp x cp`` of them."""
     out: Ints = system.num_devices // (rows.tp * rows.pp * (rows.cp if rows.cp is not None else 1))
     return out
-
-
-def _resources(ph: PhaseColumns, system: System, compute_dtype: str, n: int) -> Phase:
-    """:func:`aitrinity.cost.estimate.roofline_times` of the rows' phase, and the bytes they move on links."""
-    c_bytes, c_msgs = coll.channel_totals(ph.streams, system, n)
-    r = roofline_times(system, compute_dtype, ph.forward + ph.exchange, ph.gemm_rows, ph.hbm_bytes, c_bytes, c_msgs)
-    moved = np.zeros(n)
-    for ch in c_bytes:
-        moved = moved + c_bytes[ch]
-    return Phase(r.compute_s, r.memory_s, r.links_s, moved)
 
 
 def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx: ServingEffects) -> SteadyRequest:
@@ -373,8 +360,8 @@ def price_rows_deferred(
     B = rows.batch.astype(np.float64)
     P, n_out = job.prompt_tokens, job.output_tokens
 
-    def resources(ph: PhaseColumns) -> Phase:
-        return _resources(ph, system, base.compute_dtype, n)
+    def resources(ph: PhaseColumns) -> PhaseTimes:
+        return phase_times(ph, system, base.compute_dtype)
 
     # the prefill of the batch (a static batch's TTFT) or of one request (the floor of a TTFT at fixed concurrency)
     pre_cols = arrays.prefill(B if job.mode == "static" else np.ones(n), P)
@@ -388,7 +375,7 @@ def price_rows_deferred(
         if answer is not None:
             x = _concurrency_metrics(system, rows, job, phases, runs, answer)
         else:
-            x = _static_metrics(m, system, rows, job, phases, pre_cols.operators)
+            x = _static_metrics(system, rows, job, phases)
         none = np.zeros(n, dtype=bool)
         slo_ttft = x.ttft > ttft_slo_s if ttft_slo_s is not None else none
         slo_tpot = x.tpot > tpot_slo_s if tpot_slo_s is not None else none
@@ -413,33 +400,8 @@ def price_rows_deferred(
     return request, finish
 
 
-@dataclass(frozen=True)
-class Phase:
-    """A phase's roofline resources, row-wise: compute, device memory, each link channel; bytes moved."""
-
-    compute: F
-    hbm: F
-    links: dict[str, F]
-    moved: F
-
-    def times(self) -> list[F]:
-        return [self.compute, self.hbm, *self.links.values()]
-
-    def link_max(self) -> F:
-        out: F = np.max(np.stack([np.zeros_like(self.compute), *self.links.values()]), axis=0)
-        return out
-
-    def floor(self) -> F:
-        out: F = np.max(np.stack(self.times()), axis=0)
-        return out
-
-    def streams(self) -> list[F]:
-        """Links the operator model does not time (host, storage, remote: exchanges' streams)."""
-        return [t for ch, t in self.links.items() if ch not in GPU_CHANNELS]
-
-
 def _steady(
-    system: System, rows: ServingRows, one: Phase, dec: Phase, runs: NDArray[np.bool_], answer: SteadyAnswer
+    system: System, rows: ServingRows, one: PhaseTimes, dec: PhaseTimes, runs: NDArray[np.bool_], answer: SteadyAnswer
 ) -> tuple[F, F, Ints]:
     """TTFT, TPOT and the binding resource of every row at fixed concurrency, as
     :func:`aitrinity.cost.estimate.price_concurrency` prices one plan: the rows' steady states (``answer``, for
@@ -449,8 +411,7 @@ def _steady(
     ttft_op, tpot_op, dec_step, interference = (np.full(n, np.nan) for _ in range(4))
     ttft_op[runs], tpot_op[runs] = answer.ttft_s, answer.tpot_s
     dec_step[runs], interference[runs] = answer.decode_step_s, answer.interference_s
-    ttft = np.maximum(combine([ttft_op, *one.streams()], system), one.floor())
-    tpot = np.maximum(combine([tpot_op, *dec.streams()], system), dec.floor())
+    ttft, tpot = concurrency_times(system, one, dec, ttft_op, tpot_op)
     latency = np.maximum(dec_step - dec.floor(), 0.0)
     parts = np.stack([dec.compute, dec.hbm, dec.link_max(), latency, interference])
     parts[np.isnan(parts)] = 0.0  # (rows that do not run)

@@ -1,5 +1,7 @@
-"""The vectorized serving pricer equals the one-plan path (ledger + price_serving_ledger) on every row of small
-spaces: the operator model's steady state at fixed concurrency, and the static-batch roofline."""
+"""The planner's serving rows are the one-plan estimate (ledger + price_serving_ledger) on every row of small spaces:
+the operator model's steady state at fixed concurrency, and the static-batch roofline. Both price with
+:mod:`aitrinity.cost.serving_pricing`; what this checks is the rest -- a row's columns among many equal a batch of
+one's, the steady states the planner shares across layouts, and the feasibility columns against the memory checks."""
 
 import itertools
 
@@ -12,6 +14,7 @@ from aitrinity.cost.serving import serving_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.vector_serving import KV_DTYPES, WEIGHT_DTYPES, ServingRows, price_rows, row_plan
 from aitrinity.spec._base import validate
+from aitrinity.spec.hardware import Efficiency
 from aitrinity.spec.scenario import Plan, ServingJob
 from tests.conftest import make_system
 
@@ -68,6 +71,15 @@ CASES = [
         {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 4, "acceptance": 0.7, "draft_layers": 2}]},
         {"host_memory": "host-dram", "overlap": "sum"},
     ),
+    (  # a draft's operators dispatched per output token: a static batch's decode pays (1 + k x share) / E of them
+        "llama-3.1-8b",
+        2,
+        1,
+        1,
+        ServingJob(prompt_tokens=2048, output_tokens=256),
+        {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 3, "acceptance": 0.7, "draft_layers": 4}]},
+        {"efficiency": Efficiency(compute=0.6, memory=0.8, op_overhead_s=2e-5)},
+    ),
     (  # context parallelism: the 32k prompts split over 2 groups of tp 8 on two nodes, the KV sharded
         "llama-3.1-70b",
         16,
@@ -82,7 +94,7 @@ CASES = [
 
 @pytest.mark.parametrize("mode", ["concurrency", "static"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[2]}-pp{c[3]}")
-def test_every_row_matches_the_scalar_ledger(case, mode):
+def test_every_row_is_the_one_plan_estimate(case, mode):
     name, n, tp, pp, job, plan_kw, sys_kw = case
     job = job.model_copy(update={"mode": mode})
     m = catalog.model(name)
