@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from aitrinity.cost.disaggregated import DisaggregatedState, KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.estimate import (
     Estimate,
@@ -21,17 +23,22 @@ from aitrinity.cost.estimate import (
     PoolMetrics,
     ResourceTime,
     concurrency_metrics,
+    operator_phase,
     priced_resources,
-    with_operators,
+    retimed,
 )
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.operators import OPERATOR_LABELS, Layout, ScaleOut
+from aitrinity.cost.serving_pricing import PhaseTimes, concurrency_rates, decoding, phase_times, pool_times
 from aitrinity.units import format_bytes
 
 if TYPE_CHECKING:
     from aitrinity.cost.kernels import Kernels
     from aitrinity.spec.model import ModelSpec
     from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System
+
+
+PHASES = ("prefill", "decode_step")
 
 
 def kv_link(d: Disaggregation, system: System) -> KVLink:
@@ -51,14 +58,12 @@ def estimate_disaggregated(
     """The serving ``ledger`` (a decode replica's) priced on ``plan``'s two pools: its prefill phase becomes one
     prompt on a prefill worker, then the steady state of the whole loop (module doc)."""
     from aitrinity.cost.concurrency import profile
-    from aitrinity.cost.serving import effects, prefill_phase, weight_bytes_per_device
+    from aitrinity.cost.serving import effects, pool_columns, weight_bytes_per_device
 
     d = plan.disaggregation
     assert d is not None and ledger.serving is not None
     qplan, fx = effects(plan)
     pre_plan = qplan.model_copy(update={"tp": d.prefill_tp, "ep": d.prefill_ep, "pp": 1})
-    one = prefill_phase(m, pre_plan, system, 1, job.prompt_tokens, fx)
-    ledger = ledger.model_copy(update={"phases": [one, ledger.phases[1]]})
     notes = [*notes, *_pool_notes(weight_bytes_per_device(m, pre_plan), system.usable_memory_bytes, fx.prefix_hit)]
     f = ledger.serving
     assert f is not None
@@ -80,10 +85,16 @@ def estimate_disaggregated(
         token_budget=plan.prefill_chunk_tokens,
         speculation=fx.speculation,
     )
+    # one prompt on a prefill worker, and the decode step of the requests a decode replica runs in the settled loop
+    cols = pool_columns(m, pre_plan, qplan, fx, job.prompt_tokens, job.output_tokens, decoding(ds))
+    ledger = ledger.model_copy(update={"phases": [c.ledger(p, 0, system) for c, p in zip(cols, PHASES, strict=True)]})
+    one, dec = (phase_times(c, system, ledger.compute_dtype) for c in cols)
     base = priced_resources(ledger, system)
-    phases = [_prefill(base.phases[0], system, ds), _decode(base.phases[1], system, ds)]
-    ttft, tpot = phases[0].time_s, phases[1].time_s if job.output_tokens > 1 else 0.0  # one output token: no TPOT
-    latency = ttft + float(ds.transfer_s) + (job.output_tokens - 1) * tpot  # on the phases (a roofline floor holds)
+    ttft, step = pool_times(system, one, dec, ds)
+    osl = job.output_tokens
+    tpot = step if osl > 1 else np.zeros_like(step)  # one output token: no TPOT
+    r = concurrency_rates(system, clients, 1, osl, ttft, tpot, ds.transfer_s)
+    phases = [_prefill(base.phases[0], one, ds, float(ttft[0])), _decode(base.phases[1], dec, ds, float(step[0]))]
     pools = PoolMetrics(
         prefill_devices=d.prefill_devices,
         prefill_workers=pre_workers * d.prefill_ep,
@@ -100,7 +111,9 @@ def estimate_disaggregated(
         requests_per_s=float(ds.requests_per_s),
         binding_pool=str(ds.binding_pool),
     )
-    serving = concurrency_metrics(system, ttft, tpot, latency, clients * job.output_tokens / latency, pools)
+    serving = concurrency_metrics(
+        system, float(ttft[0]), float(tpot[0]), float(r.latency_s[0]), float(r.tokens_per_s[0]), pools
+    )
     return base.model_copy(update={"phases": phases, "serving": serving, "kernels": kernels.source, "notes": notes})
 
 
@@ -128,7 +141,8 @@ def _pool_notes(weights: float, usable: float, prefix_hit: float) -> list[str]:
     return out
 
 
-def _prefill(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> PhaseEstimate:
+def _prefill(ph: PhaseEstimate, one: PhaseTimes, ds: DisaggregatedState, ttft_s: float) -> PhaseEstimate:
+    """One request's TTFT on a prefill worker (``ttft_s``, :func:`aitrinity.cost.serving_pricing.pool_times`)."""
     t1 = float(ds.prefill_s)
     parts = {"request": ("server work per request (HTTP, tokenization)", float(ds.request_s))}
     for op, t in ds.prefill_step.by_class().items():
@@ -143,10 +157,13 @@ def _prefill(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> Phase
         time_s=float(ds.request_s) + wait,
         detail="server work per request, the prefill pool's iterations in flight and its queue (closed loop)",
     )
-    return with_operators(ph, system, float(ds.ttft_s), t1, [queue], parts)
+    ph = ph.model_copy(update={"resources": retimed(ph.resources, one.compute, one.hbm, one.links)})
+    return operator_phase(ph, ttft_s, t1 - float(one.floor()[0]), [queue], parts)
 
 
-def _decode(ph: PhaseEstimate, system: System, ds: DisaggregatedState) -> PhaseEstimate:
+def _decode(ph: PhaseEstimate, dec: PhaseTimes, ds: DisaggregatedState, step_s: float) -> PhaseEstimate:
+    """The decode step on a decode replica (``step_s``, :func:`aitrinity.cost.serving_pricing.pool_times`)."""
     parts = {op: (OPERATOR_LABELS[op], float(t)) for op, t in ds.decode_step.by_class().items()}
     step = float(ds.decode_step.total)  # the phase is the step a decode takes (TPOT is 0 without one: osl = 1)
-    return with_operators(ph, system, max(float(ds.tpot_s), step), step, [], parts)
+    ph = ph.model_copy(update={"resources": retimed(ph.resources, dec.compute, dec.hbm, dec.links)})
+    return operator_phase(ph, step_s, step - float(dec.floor()[0]), [], parts)

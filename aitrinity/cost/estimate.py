@@ -423,28 +423,8 @@ def _launch_latency(above_floor_s: float, detail: str) -> ResourceTime:
 
 
 GPU_CHANNELS = ("intra_node", "inter_node")
-"""Links the operator model already prices (its TP collectives); other channels carry exchanges' streams."""
-
-
-def with_operators(
-    ph: PhaseEstimate,
-    system: System,
-    time_s: float,
-    step_s: float,
-    extra: list[ResourceTime],
-    parts: dict[str, tuple[str, float]],
-) -> PhaseEstimate:
-    """A phase re-timed by the operator model (the disaggregated pools'). Its roofline resources stay; the time of the
-    GPU step above the slowest of them (``step_s`` - floor) is the launch / collective-latency resource; ``extra`` are
-    the serving protocol's own terms (queueing, other requests' prefill); the operator classes are listed.
-
-    Streams of exchanges over host, storage or remote links (KV offload, weight streaming, a prefix cache
-    in a lower tier) are not GPU operators: they combine with the operator time under the system's overlap
-    model. The phase is never faster than the roofline's slowest resource."""
-    floor = max(r.time_s for r in ph.resources)
-    streams = [r.time_s for r in ph.resources if r.kind == "link" and r.channel not in GPU_CHANNELS]
-    time_s = max(combine([time_s, *streams], system.overlap, system.overlap_fraction), floor)
-    return operator_phase(ph, time_s, step_s - floor, extra, parts)
+"""Links whose collectives GPU kernels drive: the operator model prices their TP (and training's PP) traffic itself;
+other channels carry exchanges' streams."""
 
 
 def operator_phase(
@@ -475,7 +455,7 @@ def operator_phase(
     )
 
 
-def _retimed(
+def retimed(
     resources: list[ResourceTime], compute: ArrayLike, memory: ArrayLike, links: Mapping[str, ArrayLike]
 ) -> list[ResourceTime]:
     """The ledger's resources (what each moved or computed) at the times the one pricing gives the plan's row."""
@@ -582,7 +562,7 @@ def estimate_static(ledger: Ledger, m: ModelSpec, plan: Plan, system: System) ->
         ph.model_copy(
             update={
                 "time_s": float(t[0]),
-                "resources": _retimed(ph.resources, times.compute, times.hbm, times.links),
+                "resources": retimed(ph.resources, times.compute, times.hbm, times.links),
                 "dispatch_s": float(times.dispatch[0]),
             }
         )
@@ -699,7 +679,7 @@ def price_concurrency(
         detail="the amortised share of the prompts that join the running batch",
     )
     pre_ph, dec_ph = (
-        ph.model_copy(update={"resources": _retimed(ph.resources, t.compute, t.hbm, t.links)})
+        ph.model_copy(update={"resources": retimed(ph.resources, t.compute, t.hbm, t.links)})
         for ph, t in zip(base.phases, phases, strict=True)
     )
     out = [
@@ -798,7 +778,7 @@ def _roofline_training(ledger: Ledger, system: System, sp: StepPrice) -> Estimat
     phase = ph.model_copy(
         update={
             "time_s": time_s,
-            "resources": _retimed(ph.resources, sp.compute_s, sp.memory_s, sp.links_s),
+            "resources": retimed(ph.resources, sp.compute_s, sp.memory_s, sp.links_s),
             "bubble_s": float(sp.bubble_s[0]),
             "dispatch_s": float(sp.dispatch_s[0]),
         }
@@ -832,7 +812,7 @@ def price_training(ledger: Ledger, system: System, sp: StepPrice, kernels: str, 
     phase = ph.model_copy(
         update={
             "time_s": time_s,
-            "resources": [compute, *_retimed(ph.resources[1:], sp.compute_s, sp.memory_s, sp.links_s), latency],
+            "resources": [compute, *retimed(ph.resources[1:], sp.compute_s, sp.memory_s, sp.links_s), latency],
             "bubble_s": float(sp.bubble_s[0]),
             "dispatch_s": 0.0,
             "operators": _training_parts(sp),

@@ -597,18 +597,19 @@ class ServingArrays:
         return items
 
 
-def plan_arrays(m: ModelSpec, plan: Plan, fx: ServingEffects) -> ServingArrays:
-    """The arrays of one plan (its own dtypes, its KV offload): a batch of one row."""
+def plan_arrays(m: ModelSpec, plan: Plan, fx: ServingEffects, n: int = 1) -> ServingArrays:
+    """The arrays of one plan (its own dtypes, its KV offload): a batch of one row, or of ``n`` equal rows (whose
+    phases then take ``n`` batches)."""
     off = fx.kv_offload
     rows = ServingRows(
-        batch=np.zeros(1, dtype=np.int64),  # the phases take their batch as an argument
-        kv_offload=np.array([off.fraction if off else 0.0]),
-        weight_dtype=np.zeros(1, dtype=np.int64),
-        kv_dtype=np.zeros(1, dtype=np.int64),
-        tp=np.array([plan.tp]),
-        pp=np.array([plan.pp]),
-        ep=np.array([plan.ep]),
-        cp=np.array([plan.cp]),
+        batch=np.zeros(n, dtype=np.int64),  # the phases take their batch as an argument
+        kv_offload=np.full(n, off.fraction if off else 0.0),
+        weight_dtype=np.zeros(n, dtype=np.int64),
+        kv_dtype=np.zeros(n, dtype=np.int64),
+        tp=np.full(n, plan.tp),
+        pp=np.full(n, plan.pp),
+        ep=np.full(n, plan.ep),
+        cp=np.full(n, plan.cp),
     )
     return ServingArrays(m, plan, fx, rows, off.tier if off else "host")
 
@@ -620,6 +621,16 @@ def phase_columns(
     context (``prompt + output // 2``), as columns of its one row (:func:`plan_arrays`)."""
     pre = arrays.prefill(np.array([float(prefill_batch)]), prompt)
     return pre, arrays.decode(np.array([float(decode_batch)]), prompt + output // 2)
+
+
+def pool_columns(
+    m: ModelSpec, prefill: Plan, decode: Plan, fx: ServingEffects, prompt: int, output: int, batches: F
+) -> tuple[PhaseColumns, PhaseColumns]:
+    """Disaggregated pools: one request's prefill on a worker of the ``prefill`` plan, and the decode step of each of
+    ``batches`` sequences on a replica of the ``decode`` plan (one row each), at the mean context. Both plans carry
+    quantized dtypes (:func:`effects`)."""
+    one = plan_arrays(m, prefill, fx).prefill(np.ones(1), prompt)
+    return one, plan_arrays(m, decode, fx, len(batches)).decode(batches, prompt + output // 2)
 
 
 def prefill_phase(

@@ -19,6 +19,7 @@ Estimate (:func:`aitrinity.cost.estimate.estimate_concurrency`, :func:`aitrinity
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -27,6 +28,9 @@ from aitrinity.cost import collectives as coll
 from aitrinity.cost.estimate import GPU_CHANNELS, combine_rows, roofline_times
 from aitrinity.cost.serving import PhaseColumns
 from aitrinity.spec.scenario import System
+
+if TYPE_CHECKING:
+    from aitrinity.cost.disaggregated import DisaggregatedState
 
 F = NDArray[np.float64]
 
@@ -75,9 +79,8 @@ def phase_times(ph: PhaseColumns, system: System, compute_dtype: str) -> PhaseTi
 def with_streams(system: System, phase: PhaseTimes, operator_s: ArrayLike) -> F:
     """The operator model's time of a phase with the exchanges' streams combined under the overlap model, never
     below the phase's slowest roofline resource."""
-    floor = phase.floor()
-    op = np.broadcast_to(np.asarray(operator_s, dtype=np.float64), floor.shape)
-    out: F = np.maximum(combine_rows([op, *phase.streams()], system.overlap, system.overlap_fraction), floor)
+    op, floor, *streams = np.broadcast_arrays(np.asarray(operator_s, dtype=np.float64), phase.floor(), *phase.streams())
+    out: F = np.maximum(combine_rows([op, *streams], system.overlap, system.overlap_fraction), floor)
     return out
 
 
@@ -87,6 +90,22 @@ def concurrency_times(
     """TTFT and TPOT at fixed concurrency: the steady state's (``ttft_op``, ``tpot_op``) with the streams of one
     request's prefill (``one``) and of the decode step (``dec``), each above its phase's floor."""
     return with_streams(system, one, ttft_op), with_streams(system, dec, tpot_op)
+
+
+def decoding(ds: DisaggregatedState) -> F:
+    """The requests a decode replica runs at once in the settled loop (at least one): the batch its decode step --
+    and that step's roofline floor and streams -- is priced at, rather than every client a replica serves."""
+    out: F = np.maximum(np.asarray(ds.decode_batch, dtype=np.float64).reshape(-1), 1.0)
+    return out
+
+
+def pool_times(system: System, one: PhaseTimes, dec: PhaseTimes, ds: DisaggregatedState) -> tuple[F, F]:
+    """Disaggregated pools (:func:`aitrinity.cost.disaggregated.disaggregated_steady_state`, ``ds``): TTFT from one
+    request's prefill on a prefill worker (``one``) and the decode step on a decode replica (``dec``, at
+    :func:`decoding`'s batch), each with its streams and above its floor. The decode phase is the step a decode
+    takes, which a one-token output never does: its TPOT is then 0 (the caller's)."""
+    step = np.maximum(np.asarray(ds.tpot_s, dtype=np.float64), np.asarray(ds.decode_step.total, dtype=np.float64))
+    return with_streams(system, one, ds.ttft_s), with_streams(system, dec, step)
 
 
 def static_times(system: System, pre: PhaseTimes, dec: PhaseTimes) -> tuple[F, F]:
@@ -120,11 +139,12 @@ def _usd_per_hour(system: System) -> float:
 
 
 def concurrency_rates(
-    system: System, clients: ArrayLike, replicas: ArrayLike, n_out: int, ttft: F, tpot: F
+    system: System, clients: ArrayLike, replicas: ArrayLike, n_out: int, ttft: F, tpot: F, transfer_s: ArrayLike = 0.0
 ) -> ServingRates:
-    """A closed loop of ``clients`` per replica: a request's latency (TTFT, then ``n_out - 1`` steps) and Little's law's
-    output rate over every replica; every device of the system powered and paid for."""
-    latency = ttft + (n_out - 1) * tpot
+    """A closed loop of ``clients`` per replica: a request's latency (TTFT, the KV's trip between disaggregated pools
+    ``transfer_s``, then ``n_out - 1`` steps) and Little's law's output rate over every replica; every device of the
+    system powered and paid for."""
+    latency: F = ttft + np.asarray(transfer_s, dtype=np.float64) + (n_out - 1) * tpot
     rate: F = np.asarray(clients, dtype=np.float64) * n_out / latency * np.asarray(replicas, dtype=np.float64)
     usd = _usd_per_hour(system) / rate * 1e6
     joules = system.power_W * system.num_devices / rate

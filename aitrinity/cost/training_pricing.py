@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from aitrinity.cost import collectives as coll
-from aitrinity.cost.estimate import combine_rows, link_time, roofline_times
+from aitrinity.cost.estimate import GPU_CHANNELS, combine_rows, link_time, roofline_times
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.train_operators import TRAIN_OPERATOR_CLASSES, ClassTimes, MicroBatch, StepTimes, schedule
@@ -39,8 +39,6 @@ F = NDArray[np.float64]
 CHANNELS = ("intra_node", "inter_node", "host", "host_dram")
 """The links a training step's traffic moves on: NVLink / PCIe inside a node, the network between nodes, the host
 link and host DRAM (the offloads)."""
-OPERATOR_CHANNELS = ("intra_node", "inter_node")
-"""The links whose collectives GPU kernels drive; the operator model times their TP and PP traffic itself."""
 
 
 @dataclass(frozen=True)
@@ -174,14 +172,14 @@ def price_columns(
     timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
     streams = []  # the operator model times the TP and PP streams itself: the links carry the rest
     for ch in CHANNELS:
-        if ch in OPERATOR_CHANNELS:
+        if ch in GPU_CHANNELS:
             rest_b = ch_bytes.get(ch, zeros) - timed_bytes.get(ch, zeros)
             rest_m = ch_msgs.get(ch, zeros) - timed_msgs.get(ch, zeros)
             streams.append(link_time(system, ch, rest_b, rest_m))
         else:
             streams.append(links[ch])
     resources = [r.memory_s, *links.values()]
-    sms = [ch in OPERATOR_CHANNELS for ch in CHANNELS]
+    sms = [ch in GPU_CHANNELS for ch in CHANNELS]
     exchange_s = c.exchange / r.rate
     gpu = gpu_training_step(sched, exchange_s, resources, streams, system, sms)
     return StepPrice(

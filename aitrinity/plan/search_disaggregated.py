@@ -26,7 +26,8 @@ from aitrinity.cost.disaggregated_estimate import kv_link
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout, ScaleOut
-from aitrinity.cost.serving import effects, max_batch, weight_bytes_per_device
+from aitrinity.cost.serving import ServingEffects, effects, max_batch, pool_columns, weight_bytes_per_device
+from aitrinity.cost.serving_pricing import concurrency_rates, decoding, phase_times, pool_times
 from aitrinity.cost.speculation import Speculation
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
@@ -104,6 +105,7 @@ class _Splits:
     job: ServingJob
     base: Plan
     qplan: Plan
+    fx: ServingEffects
     system: System
     kernels: Kernels
     prof: EngineProfile
@@ -151,13 +153,19 @@ def _price_pair(
         token_budget=x.base.prefill_chunk_tokens,
         speculation=x.speculation,
     )
-    rate = ds.output_tokens_per_s
+    # each phase with its exchanges' streams and above its roofline floor, as diagnose prices the plan
+    pre_plan = x.qplan.model_copy(update={"tp": tp_p, "ep": ep_p, "pp": 1, "disaggregation": None})
+    dec_plan = x.qplan.model_copy(update={"tp": tp_d, "ep": ep_d, "pp": 1, "dp": None, "disaggregation": None})
+    cols = pool_columns(m, pre_plan, dec_plan, x.fx, job.prompt_tokens, job.output_tokens, decoding(ds))
+    one, dec = (phase_times(c, system, x.qplan.compute_dtype) for c in cols)
+    ttft, step = pool_times(system, one, dec, ds)
+    tpot = step if job.output_tokens > 1 else np.zeros_like(step)  # one output token: no TPOT
+    r = concurrency_rates(system, b * dec_replicas, 1, job.output_tokens, ttft, tpot, ds.transfer_s)
     reason = np.zeros(pd.shape, dtype=np.int64)
     if ttft_slo_s is not None:
-        reason = np.where(ds.ttft_s > ttft_slo_s, 2, reason)
+        reason = np.where(ttft > ttft_slo_s, 2, reason)
     if tpot_slo_s is not None:
-        reason = np.where((reason == 0) & (ds.tpot_s > tpot_slo_s), 3, reason)
-    price = system.price_per_hour_usd
+        reason = np.where((reason == 0) & (tpot > tpot_slo_s), 3, reason)
     values = {
         "prefill_devices": pd,
         "prefill_tp": np.full(pd.shape, tp_p),
@@ -166,12 +174,12 @@ def _price_pair(
         "decode_ep": np.full(pd.shape, ep_d),
         "decode_replicas": dec_replicas,
         "batch": b,
-        "ttft_s": ds.ttft_s,
-        "tpot_s": ds.tpot_s,
-        "latency_s": ds.request_latency_s,
-        "tokens_per_s": rate,
-        "joules_per_token": system.power_W * n / rate,
-        "usd_per_million_tokens": price * n / 3600.0 / rate * 1e6 if price is not None else np.full(pd.shape, np.nan),
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "latency_s": r.latency_s,
+        "tokens_per_s": r.tokens_per_s,
+        "joules_per_token": r.joules_per_token,
+        "usd_per_million_tokens": r.usd_per_million_tokens,
         "prefill_utilization": ds.prefill_utilization,
         "prefill_binds": ds.binding_pool == "prefill",
         "reason": reason,
@@ -219,7 +227,7 @@ def search_splits(
     link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
     k = kernels or roofline(system.device)
     x = _Splits(
-        m, job, base, qplan, system, k, profile(system.engine), fx.speculation, link, ScaleOut.of(system), batches
+        m, job, base, qplan, fx, system, k, profile(system.engine), fx.speculation, link, ScaleOut.of(system), batches
     )
     cols: dict[str, list[np.ndarray]] = {f: [] for f in _COLUMNS}
     shapes = pool_layouts(m, system)

@@ -106,3 +106,32 @@ def test_a_scenario_with_pools_gets_its_splits_searched_and_an_aggregated_search
     assert rep.search.best.layout.startswith("tp")  # the aggregated search is unchanged by the pools
     with pytest.raises(SpecError):
         api.plan("llama-70b-training-h100", disaggregated=True)
+
+
+@pytest.mark.parametrize(
+    "exchange",
+    [
+        {"kind": "weight-streaming", "tier": "host", "fraction": 0.5},
+        {"kind": "kv-offload", "tier": "host", "fraction": 0.5},
+    ],
+    ids=lambda x: x["kind"],
+)
+def test_host_link_exchanges_slow_a_split_as_diagnose_prices_them(exchange):
+    """Weight streaming and KV offload stream over the host link beside the pools' steady state: the search prices
+    each split with those streams and each phase's roofline floor, as diagnose does (it read the steady state
+    alone, and ranked a split at 5,866 tokens/s that diagnose priced at 849 with half the weights streamed)."""
+    sc = _scenario().model_dump(mode="json", exclude_none=True)
+    sc["system"]["host_memory"] = "host-dram"
+    sc["plan"]["exchanges"] = [exchange]
+    r = api.resolve(validate(Scenario, sc))
+    plain = _search(api.resolve(_scenario()), top=1)
+    res = _search(r, top=3)
+    assert res.best is not None and plain.best is not None
+    assert res.best.tokens_per_s < plain.best.tokens_per_s
+    for c in res.top:
+        s = r.scenario.model_copy(update={"plan": c.plan(r.scenario.plan)})
+        job = s.workload.serving.model_copy(update={"batch": c.batch})
+        s = s.model_copy(update={"workload": s.workload.model_copy(update={"serving": job})})
+        est = api.diagnose(s).estimate.serving
+        assert (est.ttft_s, est.tpot_s) == pytest.approx((c.ttft_s, c.tpot_s), rel=1e-5)
+        assert est.output_tokens_per_s == pytest.approx(c.tokens_per_s, rel=1e-5)
