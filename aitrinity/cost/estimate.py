@@ -755,7 +755,7 @@ def estimate_training(
     ``kernels`` (a GPU; the slowest stage's micro-batch from kernel times, the 1F1B schedule around it, the pipeline
     sends, the optimizer's pass), else the phase roofline."""
     from aitrinity.cost.training import plan_columns
-    from aitrinity.cost.training_pricing import price_columns
+    from aitrinity.cost.training_pricing import TrainingRows, price_columns
     from aitrinity.spec.scenario import TrainingJob
 
     facts = ledger.training
@@ -763,7 +763,7 @@ def estimate_training(
     job = TrainingJob(seq_len=facts.seq_len, global_batch=facts.global_batch, total_tokens=facts.total_tokens)
     pc = plan_columns(m, job, plan, system)
     lay = (pc.layout.tp, pc.layout.pp)
-    sp = price_columns(m, job.seq_len, plan, system, lay, pc.row, pc.columns, kernels)
+    sp = price_columns(TrainingRows(m, job.seq_len, plan, system, lay, pc.row, pc.columns), kernels)
     if kernels is None:
         return _roofline_training(ledger, system, sp)
     notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]

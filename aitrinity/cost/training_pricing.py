@@ -135,18 +135,23 @@ def serial_sends(c: Columns, system: System, n: int, purposes: tuple[str, ...] =
     return send
 
 
-def price_columns(
-    m: ModelSpec,
-    seq_len: int,
-    base: Plan,
-    system: System,
-    layout: tuple[int, int],
-    rows: Rows,
-    c: Columns,
-    kernels: Kernels | None,
-) -> StepPrice:
-    """Price the ledger columns ``c`` of ``rows`` of one ``layout = (tp, pp)``: with the operator model on ``kernels``
-    (a GPU), else on the phase roofline. ``base`` supplies the dtypes, ep, cp and flash attention."""
+@dataclass(frozen=True)
+class TrainingRows:
+    """What the pricing of training steps reads: the scenario's model, sequence length, plan (dtypes, ep, cp, flash
+    attention) and system, and the rows of one ``layout = (tp, pp)`` with their ledger columns."""
+
+    m: ModelSpec
+    seq_len: int
+    base: Plan
+    system: System
+    layout: tuple[int, int]
+    rows: Rows
+    columns: Columns
+
+
+def price_columns(t: TrainingRows, kernels: Kernels | None) -> StepPrice:
+    """Price the rows' ledger columns: with the operator model on ``kernels`` (a GPU), else on the phase roofline."""
+    base, system, rows, c = t.base, t.system, t.rows, t.columns
     n = len(rows)
     zeros = np.zeros(n)
     ch_bytes, ch_msgs = coll.channel_totals(c.streams, system, n)
@@ -155,7 +160,7 @@ def price_columns(
         system,
         base.compute_dtype,
         3.0 * c.forward + c.recompute + c.exchange,
-        rows.micro_batch.astype(np.float64) * seq_len / base.cp,
+        rows.micro_batch.astype(np.float64) * t.seq_len / base.cp,
         c.hbm_bytes,
         {ch: ch_bytes.get(ch, zeros) for ch in priced},
         {ch: ch_msgs.get(ch, zeros) for ch in priced},
@@ -163,12 +168,12 @@ def price_columns(
     links = {ch: r.links_s.get(ch, zeros) for ch in CHANNELS}
     v = rows.virtual_stages.astype(np.float64)
     if kernels is None:
-        bubble = (layout[1] - 1) / (c.mb * v) * r.compute_s
+        bubble = (t.layout[1] - 1) / (c.mb * v) * r.compute_s
         operators = c.mb * c.layers_peak * OPERATORS_PER_LAYER * (3.0 + (rows.recompute == 2))
         dispatch = operators * system.eff.op_overhead_s
         step = combine_rows([r.compute_s, r.memory_s, *links.values()], system.overlap, system.overlap_fraction)
         return StepPrice(step + bubble + dispatch, r.compute_s, r.memory_s, links, zeros, bubble, dispatch, ch_bytes)
-    sched = _schedule(m, seq_len, base, system, layout, rows, c, kernels)
+    sched = _schedule(t, kernels)
     timed_bytes, timed_msgs = coll.channel_totals([x for x in c.streams if x.timed], system, n)
     streams = []  # the operator model times the TP and PP streams itself: the links carry the rest
     for ch in CHANNELS:
@@ -198,23 +203,15 @@ def price_columns(
     )
 
 
-def _schedule(
-    m: ModelSpec,
-    seq_len: int,
-    base: Plan,
-    system: System,
-    layout: tuple[int, int],
-    rows: Rows,
-    c: Columns,
-    kernels: Kernels,
-) -> StepTimes:
+def _schedule(t: TrainingRows, kernels: Kernels) -> StepTimes:
     """The operator model's 1F1B step of every row around its slowest stage."""
-    tp, pp = layout
+    m, base, system, rows, c = t.m, t.base, t.system, t.rows, t.columns
+    tp, pp = t.layout
     # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
     combos, inv = np.unique(rows.micro_batch * 6 + rows.recompute * 2 + rows.sequence_parallel, return_inverse=True)
     micro = MicroBatch(
         (combos // 6).astype(np.float64),
-        seq_len,
+        t.seq_len,
         (combos % 6) // 2,
         combos % 2 > 0,
         base.flash_attention,

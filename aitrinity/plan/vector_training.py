@@ -23,7 +23,7 @@ from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
 from aitrinity.cost.training import Columns, columns, layout_constants
 from aitrinity.cost.training import Rows as Rows
-from aitrinity.cost.training_pricing import price_columns
+from aitrinity.cost.training_pricing import TrainingRows, price_columns
 from aitrinity.plan.rows import first_failed
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.model import ModelSpec
@@ -164,7 +164,7 @@ def price_rows(
     c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
-    sp = price_columns(m, job.seq_len, base, system, (tp, pp), rows, c, kernels)
+    sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), rows, c), kernels)
     times = sp.resources if kernels is not None else sp.resources[:-1]
     reason = first_failed(_checks(m, system, tp, pp, rows, c), len(rows))  # the first failed constraint wins
     nodes = system.num_devices

@@ -11,7 +11,7 @@ from aitrinity.cost.effects import grad_sync
 from aitrinity.cost.kernels import roofline
 from aitrinity.cost.train_operators import ClassTimes, StepTimes
 from aitrinity.cost.training import Rows, columns, layout_constants
-from aitrinity.cost.training_pricing import CHANNELS, gpu_training_step, price_columns
+from aitrinity.cost.training_pricing import CHANNELS, TrainingRows, gpu_training_step, price_columns
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
@@ -39,10 +39,16 @@ def test_rows_priced_together_are_each_priced_alone(gpu):
     grid = list(itertools.product([1, 2], range(3), range(3), [False, True], range(2), [False, True], [1, 2], [0.0]))
     rows = Rows.from_grid(grid)
     L = layout_constants(m, job, base, 2, 2, 8)
-    together = price_columns(m, job.seq_len, base, system, (2, 2), rows, columns(m, job, base, L, rows, syncs), kernels)
+
+    def price(r):
+        return price_columns(
+            TrainingRows(m, job.seq_len, base, system, (2, 2), r, columns(m, job, base, L, r, syncs)), kernels
+        )
+
+    together = price(rows)
     for i in range(0, len(grid), 7):
         row = _one(rows, i)
-        alone = price_columns(m, job.seq_len, base, system, (2, 2), row, columns(m, job, base, L, row, syncs), kernels)
+        alone = price(row)
         for name, a, b in [("step", together.step_s, alone.step_s), ("latency", together.latency_s, alone.latency_s)]:
             assert a[i] == pytest.approx(b[0], rel=1e-12), (name, grid[i])
         for a, b in zip(together.resources, alone.resources, strict=True):
