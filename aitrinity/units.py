@@ -75,20 +75,29 @@ UnitScale = Callable[[str, str], float | None]
 
 def _parse(value: Quantity, what: str, scale: UnitScale, hint: str) -> float:
     """Shared grammar: a plain number is already SI; else ``<number> <unit>`` with ``scale(unit)``. Every quantity
-    read this way (a size, a bandwidth, a time, a rate, a count) is at least 0."""
+    read this way (a size, a bandwidth, a time, a rate, a price, a power) is 0 or within :data:`SI_RANGE`."""
     v = _number_or_text(value, what)
     if isinstance(v, float):
-        return _non_negative(_finite(v, value, what), value, what)
+        return _in_range(_finite(v, value, what), value, what)
     num, unit = _split(v, what)
     factor = 1.0 if unit == "" else scale(unit, v)
     if factor is None:
         raise UnitError(f"cannot read {value!r} as {what}: {hint}")
-    return _non_negative(_finite(num * factor, value, what), value, what)
+    return _in_range(_finite(num * factor, value, what), value, what)
 
 
-def _non_negative(x: float, text: object, what: str) -> float:
+SI_RANGE = (1e-30, 1e30)
+"""The magnitudes a quantity may take in SI units, 0 aside: far beyond anything physical at either end (a yottabyte is
+1e24 B, a zettaflop 1e21 FLOP/s, a megawatt 1e6 W), so that the products a cost model forms -- power x devices x
+seconds x steps -- stay finite (a power of 1e300 W made the energy of a run infinite, and the JSON unwritable)."""
+
+
+def _in_range(x: float, text: object, what: str) -> float:
     if x < 0:
         raise UnitError(f"{text!r} is negative: expected {what} of at least 0")
+    lo, hi = SI_RANGE
+    if x and not lo <= x <= hi:
+        raise UnitError(f"{text!r} is out of range: expected {what} of 0 or between {lo:g} and {hi:g} in SI units")
     return x
 
 
@@ -181,11 +190,11 @@ def parse_price_per_hour(value: Quantity) -> float:
     """US dollars per hour from ``"$2.50/h"``, ``"2.5 $/h"`` or a plain number."""
     v = _number_or_text(value, "a price per hour")
     if isinstance(v, float):
-        return _finite(v, value, "price")
+        return _in_range(_finite(v, value, "price"), value, "a price per hour")
     m = _PRICE.match(v)
     if not m or not (m.group("pre") or m.group("post")):
         raise UnitError(f"cannot read {value!r} as a price: use e.g. '$2.50/h'")
-    return _finite(float(m.group("num")), value, "price")
+    return _in_range(_finite(float(m.group("num")), value, "price"), value, "a price per hour")
 
 
 # ----------------------------------------------------------------------------- formatting

@@ -84,6 +84,7 @@ def test_rejects(fn, text):
         (units.parse_time, "-1s"),
         (units.parse_count, "-3M"),
         (units.parse_count, "-1"),
+        (units.parse_price_per_hour, -5),  # was read, and priced every run at a negative cost
     ],
 )
 def test_a_negative_quantity_is_refused_with_what_it_should_be(fn, text):
@@ -91,6 +92,35 @@ def test_a_negative_quantity_is_refused_with_what_it_should_be(fn, text):
     with pytest.raises(UnitError, match=r"is negative: expected .* of at least 0"):
         fn(text)
     assert fn(str(text).lstrip("-")) >= 0 if isinstance(text, str) else fn(-text) >= 0
+
+
+@pytest.mark.parametrize(
+    ("fn", "text"),
+    [
+        (units.parse_power, "1e300"),  # made a run's joules infinite, and the JSON unwritable
+        (units.parse_power, "1e300 W"),
+        (units.parse_price_per_hour, "$1e300/h"),
+        (units.parse_bytes, "1e40 B"),
+        (units.parse_bandwidth, "1e-40 B/s"),  # a transfer would take 1e40 s
+        (units.parse_time, "1e-31 s"),
+        (units.parse_flops, "1e31 FLOPS"),
+    ],
+)
+def test_a_quantity_beyond_any_physical_magnitude_is_refused(fn, text):
+    with pytest.raises(UnitError, match=r"is out of range: expected .* of 0 or between 1e-30 and 1e\+30 in SI units"):
+        fn(text)
+
+
+def test_a_negative_price_in_text_is_refused_too():
+    with pytest.raises(UnitError, match="is negative"):
+        units.parse_price_per_hour("$-2.5/h")
+
+
+def test_zero_and_the_edges_of_the_range_are_read():
+    assert units.parse_time("0 s") == 0.0
+    assert units.parse_price_per_hour("$0/h") == 0.0
+    assert units.parse_bytes("1e30 B") == 1e30
+    assert units.parse_time("1e-30 s") == 1e-30
 
 
 def test_bandwidth_without_per_second_is_rejected_for_sizes():

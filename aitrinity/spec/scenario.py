@@ -25,6 +25,10 @@ MAX_COUNT = 10**12
 """The largest count (devices, tokens, batch, degrees) an input may give: far above any real system, and
 below what the vectorized search's int64 arithmetic holds."""
 
+MAX_TOKENS = 1e18
+"""The most tokens a training run may ask for: some 60,000 times Llama 3's 15.6T, and few enough that the run's
+FLOPs, time, dollars and joules stay finite."""
+
 
 class SystemInput(Spec):
     """The hardware, by catalog name or file path."""
@@ -195,7 +199,7 @@ class TrainingJob(Spec):
 
     seq_len: int = Field(gt=0, le=MAX_COUNT)
     global_batch: int = Field(gt=0, le=MAX_COUNT)
-    total_tokens: float | None = Field(default=None, gt=0)
+    total_tokens: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
 
 
 class ServingJob(Spec):

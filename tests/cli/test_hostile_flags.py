@@ -28,6 +28,10 @@ def _run(*args, cwd=None):
         (["calibrate", "--quick", "--tdp=0W"], "--tdp"),
         (["diagnose", "llama-70b-training-h100", "--set", "link=0Gbit/s"], "inter_node_bandwidth"),
         (["plan", "camera-analytics-edge", "--sweep", "uplink=1Mbit/s,0Mbit/s"], "uplink"),
+        # each made the run's FLOPs, dollars or joules infinite, and --json an internal error
+        (["diagnose", "llama-70b-training-h100", "--set", "workload.training.total_tokens=1e300", "--json"], "total"),
+        (["diagnose", "llama-70b-training-h100", "--set", "system.power_per_device=1e300", "--json"], "power"),
+        (["diagnose", "llama-70b-training-h100", "--set", "system.price_per_device_hour=-5"], "price"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(args, word, tmp_path):
