@@ -340,7 +340,16 @@ def _describe_start(state: _State, start: Plan | None) -> str:
 
 # ----------------------------------------------------------------------------- serving
 
-_FIXED = ("prefix-cache", "kv-compression", "weight-streaming")
+def _fixed() -> tuple[str, ...]:
+    """The scenario's own serving exchanges the search keeps as given -- a prefix cache, KV compression, weight
+    streaming, speculative decoding, a registered technique without options -- each a step of the chain."""
+    return tuple(
+        x.kind for x in registry.registered("serving") if x.spec is not None and not x.searched and not x.options
+    )
+
+
+_FIXED_WORDS = {"prefix-cache": "prefix cache", "kv-compression": "KV compression"}
+"""How the chain names a fixed exchange, where not by its title."""
 
 _SERVING = _Kind(
     moves={
@@ -352,9 +361,6 @@ _SERVING = _Kind(
         "kv_offload": "kv-offload",
         "weight_quantization": "weight-quantization",
         "kv_quantization": "kv-quantization",
-        "prefix-cache": "prefix-cache",
-        "kv-compression": "kv-compression",
-        "weight-streaming": "weight-streaming",
     },
     names={
         "tp": "tensor parallel",
@@ -365,9 +371,6 @@ _SERVING = _Kind(
         "kv_offload": "KV offload",
         "weight_quantization": "weight quantization",
         "kv_quantization": "KV quantization",
-        "prefix-cache": "prefix cache",
-        "kv-compression": "KV compression",
-        "weight-streaming": "weight streaming",
     },
     order={"weight_quantization": ["none", "fp8", "int8", "int4"], "kv_quantization": ["none", "fp8", "int8"]},
     score=lambda d: 1.0 / d.estimate.serving.throughput_tokens_per_s if d.estimate.serving else 0.0,
@@ -418,7 +421,7 @@ def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
         "kv_offload": getattr(kinds.get("kv-offload"), "fraction", 0.0),
         "weight_quantization": getattr(kinds.get("weight-quantization"), "dtype", "none"),
         "kv_quantization": getattr(kinds.get("kv-quantization"), "dtype", "none"),
-        **{k: k in kinds for k in _FIXED},
+        **{k: k in kinds for k in _fixed()},
     }
 
 
@@ -435,10 +438,16 @@ def serving_chain(
     priced as the planner prices."""
 
     chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
+    fixed = _fixed()
     kind = _with_extras(_SERVING, "serving")
+    kind = replace(
+        kind,
+        moves={**kind.moves, **{k: k for k in fixed}},
+        names={**kind.names, **{k: _FIXED_WORDS.get(k, registry.get(k).info.title) for k in fixed}},
+    )
 
     def run(values: dict[str, Any]) -> _State | None:
-        kept = [x for x in chosen.exchanges if x.kind in _FIXED and values[x.kind]]
+        kept = [x for x in chosen.exchanges if x.kind in fixed and values[x.kind]]
         kept += _extra_entries(values, "serving")
         plan = row_plan(
             base.model_copy(update={"exchanges": kept, "ep": values["ep"], "cp": values["cp"]}),
@@ -462,7 +471,7 @@ def serving_chain(
         state = run(
             _serving_values(
                 start.model_copy(
-                    update={"exchanges": [x for x in start.exchanges if x.kind in SEARCHED or x.kind in _FIXED]}
+                    update={"exchanges": [x for x in start.exchanges if x.kind in SEARCHED or x.kind in fixed]}
                 ),
                 first_batch,
             )
