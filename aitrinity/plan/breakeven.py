@@ -34,7 +34,7 @@ from aitrinity.plan import registry
 from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.plan.registry import Quality
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, Scenario, System
+from aitrinity.spec.scenario import Plan, Scenario, System, moves_kv
 from aitrinity.units import format_bandwidth, format_bytes
 
 TOLERANCE = 1e-6
@@ -93,8 +93,8 @@ def _per_unit(est: Estimate, plan: Plan) -> float:
 def _without(plan: Plan, index: int) -> Plan:
     """The plan minus one exchange (and minus KV compression if nothing moves KV any more)."""
     rest = [x for j, x in enumerate(plan.exchanges) if j != index]
-    moves_kv = any(x.kind == "kv-offload" or (x.kind == "prefix-cache" and x.tier != "hbm") for x in rest)
-    rest = [x for x in rest if x.kind != "kv-compression" or moves_kv]
+    kept = moves_kv(rest)
+    rest = [x for x in rest if x.kind != "kv-compression" or kept]
     return plan.model_copy(update={"exchanges": rest})
 
 

@@ -340,6 +340,7 @@ def _describe_start(state: _State, start: Plan | None) -> str:
 
 # ----------------------------------------------------------------------------- serving
 
+
 def _fixed() -> tuple[str, ...]:
     """The scenario's own serving exchanges the search keeps as given -- a prefix cache, KV compression, weight
     streaming, speculative decoding, a registered technique without options -- each a step of the chain."""

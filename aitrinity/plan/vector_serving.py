@@ -48,7 +48,7 @@ from aitrinity.plan.rows import first_failed
 from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, ServingJob, System
+from aitrinity.spec.scenario import Plan, ServingJob, System, moves_kv
 
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -62,6 +62,7 @@ REASONS = (
     "TPOT above the SLO",
     "quantization to no fewer bytes",
     "offload needs host memory",
+    "KV compression with no KV crossing a link (no KV offload, no prefix cache outside HBM)",
     "accuracy drop above the budget",
 )
 OVER_BUDGET = REASONS[-1]
@@ -228,11 +229,13 @@ class _Fit:
     """A quantization to no fewer bytes than the scenario's own dtype."""
     no_host: NDArray[np.bool_]
     """KV offload with no host tier."""
+    nothing_to_compress: NDArray[np.bool_]
+    """KV compression where no KV crosses a link (:func:`aitrinity.spec.scenario.moves_kv`)."""
 
     @property
     def runs(self) -> NDArray[np.bool_]:
         """Rows that can run, and are priced (the others are NaN)."""
-        out: NDArray[np.bool_] = ~(self.over | self.lower_over | self.no_gain | self.no_host)
+        out: NDArray[np.bool_] = ~(self.over | self.lower_over | self.no_gain | self.no_host | self.nothing_to_compress)
         return out
 
 
@@ -253,6 +256,8 @@ def _fit(
         one = arrays.device_bytes(arrays.memory(np.ones(n), P, P + n_out))
         waits = mem_over & (one <= system.usable_memory_bytes)
     quantized = rows.weight_dtype > 0
+    # KV compression with nothing else moving KV compresses only what a row's own offload moves
+    idle = any(x.kind == "kv-compression" for x in fplan.exchanges) and not moves_kv(fplan.exchanges)
     base_w, base_kv = BYTES_PER_DTYPE[fplan.weights_dtype], BYTES_PER_DTYPE[fplan.cache_dtype]
     return _Fit(
         hbm_bytes=hbm,
@@ -262,6 +267,7 @@ def _fit(
         no_gain=(quantized & (arrays.per_row.weight_bytes >= base_w))
         | ((rows.kv_dtype > 0) & (arrays.per_row.kv_bytes >= base_kv)),
         no_host=(rows.kv_offload > 0) & (host_cap is None),
+        nothing_to_compress=(rows.kv_offload == 0) & idle,
     )
 
 
@@ -379,9 +385,8 @@ def price_rows_deferred(
         none = np.zeros(n, dtype=bool)
         slo_ttft = x.ttft > ttft_slo_s if ttft_slo_s is not None else none
         slo_tpot = x.tpot > tpot_slo_s if tpot_slo_s is not None else none
-        reason = first_failed(
-            [fit.over & ~fit.waits, fit.waits, fit.lower_over, slo_ttft, slo_tpot, fit.no_gain, fit.no_host], n
-        )
+        checks = [fit.over & ~fit.waits, fit.waits, fit.lower_over, slo_ttft, slo_tpot, fit.no_gain, fit.no_host]
+        reason = first_failed([*checks, fit.nothing_to_compress], n)
         return ServingPriced(
             feasible=reason == 0,
             reason=reason,

@@ -8,6 +8,7 @@ Cross-checks that need the model (heads divisible by TP, ...) happen in
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -326,6 +327,12 @@ class Scenario(Spec):
     plan: Plan = Plan()
 
 
+def moves_kv(exchanges: Iterable[Any]) -> bool:
+    """Whether one of the exchanges moves KV across a link -- a KV offload, or a prefix cache outside HBM: what KV
+    compression compresses."""
+    return any(e.kind == "kv-offload" or (e.kind == "prefix-cache" and e.tier != "hbm") for e in exchanges)
+
+
 def check_plan(plan: Plan, model: ModelSpec, system: System, training: bool) -> int:
     """Validate the plan against the model and system; return the data-parallel degree.
 
@@ -495,7 +502,6 @@ _TIER_FIELD = {"host": "host_memory", "ssd": "storage", "remote": "remote_pool"}
 def check_exchanges(plan: Plan, system: System, training: bool) -> None:
     """Reject exchanges that do not apply to this workload or do not compose, with the reason."""
     seen: set[str] = set()
-    kinds = {x.kind for x in plan.exchanges}
     for i, x in enumerate(plan.exchanges):
         field = f"plan.exchanges.{i}"
         if x.kind in seen:
@@ -534,9 +540,7 @@ def check_exchanges(plan: Plan, system: System, training: bool) -> None:
             raise SpecError(
                 field, x.kind, "zero <= 2 (ZeRO-Offload builds on ZeRO-2; stage 3 offload is ZeRO-Infinity)"
             )
-        if x.kind == "kv-compression" and not (
-            {"kv-offload"} & kinds or any(e.kind == "prefix-cache" and e.tier != "hbm" for e in plan.exchanges)
-        ):
+        if x.kind == "kv-compression" and not moves_kv(plan.exchanges):
             raise SpecError(
                 field,
                 x.kind,

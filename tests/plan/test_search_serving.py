@@ -195,3 +195,26 @@ def test_a_ulysses_scenario_is_searched_where_ulysses_can_split_the_heads_and_pr
     at = job.model_copy(update={"batch": c.batch})
     est = price_serving_ledger(serving_ledger("s", m, at, plan, system), m, plan, at, system)
     assert est.serving.ttft_s == pytest.approx(c.ttft_s, rel=1e-9)
+
+
+def test_kv_compression_with_nothing_to_compress_is_refused_row_by_row_as_diagnose_refuses_it():
+    """The scenario's KV compression applies to every row, but compresses only KV that crosses a link: a row without
+    KV offload (and no prefix cache outside HBM) is a plan diagnose refuses. The search priced those rows and could
+    return one; its chain then found no reachable target and `trinity plan` failed."""
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    sc = {
+        "name": "kvc",
+        "system": {"device": "h100-sxm", "num_devices": 2, "host_memory": "host-dram"},
+        "workload": {"model": "llama-3.1-8b", "serving": {"prompt_tokens": 2048, "output_tokens": 256, "batch": 8}},
+        "plan": {"exchanges": [{"kind": "kv-compression", "bits": 4}]},
+    }
+    rep = api.plan(validate(Scenario, sc), top=3)
+    refused = {r.reason: r.count for r in rep.search.infeasible}
+    assert refused[next(k for k in refused if k.startswith("KV compression with no KV crossing"))] > 0
+    assert rep.search.best is not None and all(c.kv_offload > 0 for c in rep.search.top)
+    assert rep.chain is not None and rep.chain.steps[-1].score_after == pytest.approx(
+        1.0 / rep.search.best.throughput_tokens_per_s
+    )
