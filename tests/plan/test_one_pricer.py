@@ -1,0 +1,64 @@
+"""One pricer, seen from the outside: for scenarios that carry the exchanges a search keeps as given, the best plan
+`trinity plan` returns, diagnosed as a scenario of its own, gives the planner's numbers, and the chain that explains it
+ends at it. (A consistency probe of this shape found the chain dropping a speculative decoder and the search
+returning plans with KV compression that diagnose refuses.)"""
+
+import pytest
+
+from aitrinity import api
+from aitrinity.spec._base import validate
+from aitrinity.spec.scenario import Scenario
+
+SERVING = {
+    "none": [],
+    "prefix cache in host memory": [{"kind": "prefix-cache", "hit_rate": 0.5, "tier": "host", "capacity": "200 GiB"}],
+    "KV compression": [{"kind": "kv-compression", "bits": 4}],
+    "weight streaming": [{"kind": "weight-streaming", "tier": "host", "fraction": 0.25}],
+    "speculative decoding": [{"kind": "speculative-decoding", "draft_tokens": 2, "acceptance": 0.7}],
+}
+TRAINING = {
+    "none": [],
+    "local SGD": [{"kind": "local-sgd", "period": 4}],
+    "optimizer offload": [{"kind": "optimizer-offload"}],
+}
+
+
+def _scenario(workload: dict, exchanges: list, n: int) -> Scenario:
+    return validate(
+        Scenario,
+        {
+            "name": "p",
+            "system": {"device": "h100-sxm", "num_devices": n, "host_memory": "host-dram"},
+            "workload": workload,
+            "plan": {"exchanges": exchanges},
+        },
+    )
+
+
+@pytest.mark.parametrize("mode", ["concurrency", "static"])
+@pytest.mark.parametrize("exchanges", SERVING.values(), ids=SERVING.keys())
+def test_serving_best_plan_diagnosed_and_chain_end_are_the_search(exchanges, mode):
+    job = {"prompt_tokens": 2048, "output_tokens": 256, "batch": 8, "mode": mode}
+    s = _scenario({"model": "llama-3.1-8b", "serving": job}, exchanges, 2)
+    rep = api.plan(s, top=1)
+    best = rep.search.best
+    assert best is not None and rep.chain is not None
+    serving = s.workload.serving.model_copy(update={"batch": best.batch})
+    own = s.model_copy(
+        update={"plan": best.plan(s.plan), "workload": s.workload.model_copy(update={"serving": serving})}
+    )
+    est = api.diagnose(own).estimate.serving
+    assert (est.ttft_s, est.tpot_s) == pytest.approx((best.ttft_s, best.tpot_s), rel=1e-9)
+    assert est.throughput_tokens_per_s == pytest.approx(best.throughput_tokens_per_s, rel=1e-9)
+    assert rep.chain.steps[-1].score_after == pytest.approx(1.0 / best.throughput_tokens_per_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("exchanges", TRAINING.values(), ids=TRAINING.keys())
+def test_training_best_plan_diagnosed_and_chain_end_are_the_search(exchanges):
+    s = _scenario({"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 256}}, exchanges, 16)
+    rep = api.plan(s, top=1)
+    best = rep.search.best
+    assert best is not None and rep.chain is not None
+    est = api.diagnose(s.model_copy(update={"plan": best.plan(s.plan)})).estimate.training
+    assert est.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)
+    assert rep.chain.steps[-1].score_after == pytest.approx(best.step_time_s, rel=1e-9)
