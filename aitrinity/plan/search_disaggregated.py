@@ -31,11 +31,17 @@ from aitrinity.cost.serving_pricing import concurrency_rates, decoding, phase_ti
 from aitrinity.cost.speculation import Speculation
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System
+from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System, moves_kv
 
 SplitObjective = Literal["throughput", "latency", "cost", "energy"]
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-REASONS = ("feasible", "device memory", "TTFT above the SLO", "TPOT above the SLO")
+REASONS = (
+    "feasible",
+    "device memory",
+    "TTFT above the SLO",
+    "TPOT above the SLO",
+    "KV compression with no KV crossing a link (no KV offload, no prefix cache outside HBM)",
+)
 
 
 class SplitChoice(Result):
@@ -245,6 +251,9 @@ def search_splits(
         "cost": t["usd_per_million_tokens"],
         "energy": t["joules_per_token"],
     }[objective]
+    if any(x.kind == "kv-compression" for x in base.exchanges) and not moves_kv(base.exchanges):
+        # diagnose refuses such a plan: the pools' own KV transfer is priced uncompressed
+        t["reason"] = np.where(t["reason"] == 0, len(REASONS) - 1, t["reason"])
     ok = np.flatnonzero((t["reason"] == 0) & np.isfinite(score))
     # best first; among equals the fewer prefill devices, then the smaller layouts
     order = ok[np.lexsort((t["decode_tp"][ok], t["prefill_tp"][ok], t["prefill_devices"][ok], np.round(score[ok], 9)))]

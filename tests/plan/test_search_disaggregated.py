@@ -135,3 +135,16 @@ def test_host_link_exchanges_slow_a_split_as_diagnose_prices_them(exchange):
         est = api.diagnose(s).estimate.serving
         assert (est.ttft_s, est.tpot_s) == pytest.approx((c.ttft_s, c.tpot_s), rel=1e-5)
         assert est.output_tokens_per_s == pytest.approx(c.tokens_per_s, rel=1e-5)
+
+
+def test_kv_compression_with_nothing_to_compress_leaves_no_split_as_diagnose_refuses_it():
+    """The pools' KV transfer is priced uncompressed: a scenario whose only KV mover would be that transfer has KV
+    compression diagnose refuses, and the search returned such a split as its best."""
+    sc = _scenario().model_dump(mode="json", exclude_none=True)
+    sc["plan"]["exchanges"] = [{"kind": "kv-compression", "bits": 4}]
+    res = _search(api.resolve(validate(Scenario, sc)), top=3)
+    assert res.best is None and res.feasible == 0
+    assert any(r.reason.startswith("KV compression with no KV crossing") for r in res.infeasible)
+    with pytest.raises(SpecError, match="nothing to compress"):
+        sc["plan"]["disaggregation"] = {"prefill_devices": 1, "prefill_tp": 1}
+        api.diagnose(validate(Scenario, sc))
