@@ -26,7 +26,6 @@ from aitrinity.plan import registry
 from aitrinity.plan.exchanges import CATALOG
 from aitrinity.plan.search import PlanChoice, layouts
 from aitrinity.plan.search_serving import ServingChoice
-from aitrinity.plan.vector_serving import SEARCHED, row_plan
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, TrainingJob
 from aitrinity.units import format_bytes, format_time
@@ -179,108 +178,57 @@ def _state(values: dict[str, Any], d: Diagnosis, kind: _Kind, plan: Plan) -> _St
     )
 
 
+# ----------------------------------------------------------------------------- the moves
+
+
+def _kind(
+    workload: registry.Workload, own: list[tuple[str, registry.Move]], score: Callable[[Diagnosis], float]
+) -> _Kind:
+    """The chain's dimensions for a workload: every registered technique's move (``registry.moves``) and the
+    workload's ``own`` (a serving batch), in rank order, then one per registered technique the planner tries
+    (``registry.searched_extras``)."""
+    moves = sorted([*registry.moves(workload), *own], key=lambda km: km[1].rank)
+    kind = _Kind(
+        moves={k: k for k, _ in moves},
+        names={k: mv.words for k, mv in moves},
+        order={k: list(mv.order) for k, mv in moves if mv.order},
+        score=score,
+        show=_SHOW[workload],
+    )
+    return _with_extras(kind, workload)
+
+
+_SHOW: dict[str, Callable[[float], str]] = {
+    "training": lambda s: f"step {format_time(s)}",
+    "serving": lambda s: f"{1.0 / s:,.0f} tokens/s",
+}
+
+
+def _values(plan: Plan, workload: registry.Workload) -> dict[str, Any]:
+    """A plan's value of every move (and of every registered technique the planner tries)."""
+    return {**_extra_values(plan, workload), **{k: mv.get(plan) for k, mv in registry.moves(workload)}}
+
+
+def _apply(base: Plan, values: dict[str, Any], workload: registry.Workload, target: Plan) -> Plan:
+    """The chain state ``values`` as a plan: ``base`` with the exchanges no move sets (local SGD, a registered
+    technique without a move or options: kept in every state), every move set to its value (in rank order), then the
+    planner's registered options appended."""
+    moved = {k for k, _ in registry.moves(workload)} | {x.kind for x in registry.searched_extras(workload)}
+    plan = base.model_copy(update={"dp": None, "exchanges": [x for x in base.exchanges if x.kind not in moved]})
+    for k, mv in registry.moves(workload):
+        plan = mv.put(plan, values[k], target)
+    return registry.with_added(plan, _extra_entries(values, workload))
+
+
 # ----------------------------------------------------------------------------- training
 
-_TRAINING = _Kind(
-    moves={
-        "zero": "zero",
-        "tp": "tp",
-        "pp": "pp",
-        "ep": "ep",
-        "cp": "cp",
-        "sequence_parallel": "sequence-parallel",
-        "recompute": "recompute",
-        "micro_batch": "micro-batch",
-        "virtual_stages": "virtual-stages",
-        "compression": "gradient-compression",
-        "optimizer_offload": "optimizer-offload",
-        "activation_offload": "activation-offload",
-    },
-    names={
-        "tp": "tensor parallel",
-        "pp": "pipeline parallel",
-        "ep": "expert parallel",
-        "cp": "context parallel",
-        "zero": "ZeRO stage",
-        "micro_batch": "micro-batch",
-        "virtual_stages": "virtual pipeline stages",
-        "sequence_parallel": "sequence parallelism",
-        "recompute": "recomputation",
-        "compression": "gradient compression",
-        "optimizer_offload": "optimizer offload",
-        "activation_offload": "activation offload",
-    },
-    order={
-        "recompute": ["none", "selective", "full"],
-        "compression": ["none", "int8", "powersgd", "topk", "sign", "fp16", "bf16"],
-    },
-    score=lambda d: d.phases[0].time_s,
-    show=lambda s: f"step {format_time(s)}",
-)
 
-
-def baseline_plan(base: Plan) -> Plan:
-    """The naive starting point: plain data parallelism, no memory technique, no exchange."""
-    return base.model_copy(
-        update={
-            "tp": 1,
-            "pp": 1,
-            "dp": None,
-            "ep": 1,
-            "cp": 1,
-            "micro_batch": 1,
-            "zero": 0,
-            "recompute": "none",
-            "sequence_parallel": False,
-            "virtual_stages": 1,
-            "exchanges": [],
-        }
-    )
-
-
-def _training_values(plan: Plan) -> dict[str, Any]:
-    kinds = {x.kind: x for x in plan.exchanges}
+def _naive_values(workload: registry.Workload) -> dict[str, Any]:
+    """The naive plan's value of every move: none of any technique (plain data parallelism on one device each)."""
     return {
-        **_extra_values(plan, "training"),
-        "zero": plan.zero,
-        "tp": plan.tp,
-        "pp": plan.pp,
-        "ep": plan.ep,
-        "cp": plan.cp,
-        "sequence_parallel": plan.sequence_parallel,
-        "recompute": plan.recompute,
-        "micro_batch": plan.micro_batch,
-        "virtual_stages": plan.virtual_stages,
-        "compression": getattr(kinds.get("gradient-compression"), "method", "none"),
-        "optimizer_offload": "optimizer-offload" in kinds,
-        "activation_offload": getattr(kinds.get("activation-offload"), "fraction", 0.0),
+        **{x.kind: "none" for x in registry.searched_extras(workload)},
+        **{k: mv.naive for k, mv in registry.moves(workload)},
     }
-
-
-def _training_plan(base: Plan, v: dict[str, Any]) -> Plan:
-    return PlanChoice(
-        tp=v["tp"],
-        pp=v["pp"],
-        ep=v["ep"],
-        cp=v["cp"],
-        dp=1,
-        micro_batch=v["micro_batch"],
-        zero=v["zero"],
-        recompute=v["recompute"],
-        sequence_parallel=v["sequence_parallel"],
-        compression=v["compression"],
-        optimizer_offload=v["optimizer_offload"],
-        virtual_stages=v["virtual_stages"],
-        activation_offload=v["activation_offload"],
-        step_time_s=0,
-        tokens_per_s=0,
-        hbm_bytes=0,
-        link_bytes=0,
-        usd_per_million_tokens=None,
-        joules_per_token=0,
-        binding="",
-        added=[e.model_dump(mode="json") for e in _extra_entries(v, "training")],
-    ).plan(base)
 
 
 def training_chain(
@@ -293,22 +241,22 @@ def training_chain(
     kernels: Kernels | None = None,
 ) -> Chain:
     """Greedy chain from ``start`` (default: the naive plan) to ``target``, priced as the planner prices."""
-    kind = _with_extras(_TRAINING, "training")
+    kind = _kind("training", [], lambda d: d.phases[0].time_s)
 
     def run(values: dict[str, Any]) -> _State | None:
         try:
-            plan = _training_plan(base, values)
+            plan = _apply(base, values, "training", base)
             led = training_ledger("chain", m, job, plan, system)
             d = diagnose(price_training_ledger(led, m, plan, system, kernels))
         except SpecError:
             return None
         return _state(values, d, kind, plan)
 
-    goal = _training_values(target.plan(base))
+    goal = _values(target.plan(base), "training")
     state = (
-        run(_training_values(start))
+        run(_values(start, "training"))
         if start is not None
-        else _naive(m, system, base, run, _training_values(baseline_plan(base)))
+        else _naive(m, system, base, run, _naive_values("training"))
     )
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system (global batch divisible by dp)")
@@ -341,42 +289,14 @@ def _describe_start(state: _State, start: Plan | None) -> str:
 # ----------------------------------------------------------------------------- serving
 
 
-def _fixed() -> tuple[str, ...]:
-    """The scenario's own serving exchanges the search keeps as given -- a prefix cache, KV compression, weight
-    streaming, speculative decoding, a registered technique without options -- each a step of the chain."""
-    return tuple(
-        x.kind for x in registry.registered("serving") if x.spec is not None and not x.searched and not x.options
-    )
+def _throughput_score(d: Diagnosis) -> float:
+    """Seconds per output token of the whole system (lower is better)."""
+    return 1.0 / d.estimate.serving.throughput_tokens_per_s if d.estimate.serving else 0.0
 
 
-_FIXED_WORDS = {"prefix-cache": "prefix cache", "kv-compression": "KV compression"}
-"""How the chain names a fixed exchange, where not by its title."""
-
-_SERVING = _Kind(
-    moves={
-        "tp": "tp",
-        "pp": "pp",
-        "ep": "ep",
-        "cp": "cp",
-        "batch": "batch",
-        "kv_offload": "kv-offload",
-        "weight_quantization": "weight-quantization",
-        "kv_quantization": "kv-quantization",
-    },
-    names={
-        "tp": "tensor parallel",
-        "pp": "pipeline parallel",
-        "ep": "expert parallel",
-        "cp": "context parallel",
-        "batch": "batch",
-        "kv_offload": "KV offload",
-        "weight_quantization": "weight quantization",
-        "kv_quantization": "KV quantization",
-    },
-    order={"weight_quantization": ["none", "fp8", "int8", "int4"], "kv_quantization": ["none", "fp8", "int8"]},
-    score=lambda d: 1.0 / d.estimate.serving.throughput_tokens_per_s if d.estimate.serving else 0.0,
-    show=lambda s: f"{1.0 / s:,.0f} tokens/s",
-)
+_BATCH = registry.Move("batch", lambda _: None, lambda p, _v, _t: p, 7)
+"""The serving batch: the workload's, not the plan's, so the chain sets it on the job (between the layout and the
+exchanges in the order of its moves)."""
 
 
 def _label(entry: Any) -> str:
@@ -411,19 +331,7 @@ def _extra_entries(values: dict[str, Any], workload: registry.Workload) -> list[
 
 
 def _serving_values(plan: Plan, batch: int) -> dict[str, Any]:
-    kinds = {x.kind: x for x in plan.exchanges}
-    return {
-        **_extra_values(plan, "serving"),
-        "tp": plan.tp,
-        "pp": plan.pp,
-        "ep": plan.ep,
-        "cp": plan.cp,
-        "batch": batch,
-        "kv_offload": getattr(kinds.get("kv-offload"), "fraction", 0.0),
-        "weight_quantization": getattr(kinds.get("weight-quantization"), "dtype", "none"),
-        "kv_quantization": getattr(kinds.get("kv-quantization"), "dtype", "none"),
-        **{k: k in kinds for k in _fixed()},
-    }
+    return {**_values(plan, "serving"), "batch": batch}
 
 
 def serving_chain(
@@ -438,26 +346,11 @@ def serving_chain(
     """Greedy chain from ``start`` (default: the naive plan) to ``target`` (with the scenario's fixed exchanges),
     priced as the planner prices."""
 
-    chosen = target.plan(base)  # the fixed exchanges as the target has them (e.g. the prefix cache size it chose)
-    fixed = _fixed()
-    kind = _with_extras(_SERVING, "serving")
-    kind = replace(
-        kind,
-        moves={**kind.moves, **{k: k for k in fixed}},
-        names={**kind.names, **{k: _FIXED_WORDS.get(k, registry.get(k).info.title) for k in fixed}},
-    )
+    chosen = target.plan(base)  # the exchanges it keeps as the target has them (e.g. the prefix cache size it chose)
+    kind = _kind("serving", [("batch", _BATCH)], _throughput_score)
 
     def run(values: dict[str, Any]) -> _State | None:
-        kept = [x for x in chosen.exchanges if x.kind in fixed and values[x.kind]]
-        kept += _extra_entries(values, "serving")
-        plan = row_plan(
-            base.model_copy(update={"exchanges": kept, "ep": values["ep"], "cp": values["cp"]}),
-            values["tp"],
-            values["pp"],
-            values["kv_offload"],
-            values["weight_quantization"],
-            values["kv_quantization"],
-        )
+        plan = _apply(base, values, "serving", chosen)
         try:
             row_job = job.model_copy(update={"batch": values["batch"]})
             led = serving_ledger("chain", m, row_job, plan, system)
@@ -466,20 +359,13 @@ def serving_chain(
             return None
         return _state(values, d, kind, plan)
 
-    goal = _serving_values(target.plan(base), target.batch)
+    goal = _serving_values(chosen, target.batch)
     first_batch = job.batch if isinstance(job.batch, int) else 1
     if start is not None:
-        state = run(
-            _serving_values(
-                start.model_copy(
-                    update={"exchanges": [x for x in start.exchanges if x.kind in SEARCHED or x.kind in fixed]}
-                ),
-                first_batch,
-            )
-        )
+        state = run(_serving_values(start, first_batch))
     else:
         no_ep = base.model_copy(update={"ep": 1}) if m.moe else base  # a dense model keeps the scenario's ep
-        naive = _serving_values(no_ep.model_copy(update={"tp": 1, "pp": 1, "cp": 1, "exchanges": []}), first_batch)
+        naive = {**_naive_values("serving"), "ep": no_ep.ep, "batch": first_batch}
         state = _naive(m, system, no_ep, run, naive, uneven=False)
     if state is None:
         raise SpecError("plan", "baseline", "a valid starting plan for this system")

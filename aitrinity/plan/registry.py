@@ -3,9 +3,10 @@
 An :class:`Exchange` is one technique as ``../shared/DESIGN.md`` defines it: its pathway and break-even
 metadata (:class:`~aitrinity.plan.exchanges.ExchangeInfo`), the ``plan.exchanges`` entry that carries its
 parameters and their ranges (``spec``; None for the techniques that are plan fields, such as ZeRO or
-recomputation), the workloads it applies to, and its **quality cost**: what it costs besides time and
-memory (:class:`Quality`). Each built-in technique is one module of :mod:`aitrinity.plan.techniques`
-that registers itself; :func:`register` adds another.
+recomputation), the workloads it applies to, its **move** -- how the chain between two plans reads, sets,
+orders and names its value (:class:`Move`; the chain enumerates :func:`moves` and names no technique itself) --
+and its **quality cost**: what it costs besides time and memory (:class:`Quality`). Each built-in technique is
+one module of :mod:`aitrinity.plan.techniques` that registers itself; :func:`register` adds another.
 
 Quality costs combine over a plan's exchanges as independent losses: accuracy drops add (a first-order
 approximation for small drops), step factors multiply.
@@ -85,6 +86,65 @@ def given_steps_factor(source: str) -> Callable[[Any], Quality]:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A technique as one dimension of the chain between two plans (:mod:`aitrinity.plan.chain`): its value in a plan,
+    and the plan with another value. The chain compares values by ``order`` where given, else by ``>``."""
+
+    words: str
+    """How a chain step names it ("optimizer offload")."""
+    get: Callable[[Plan], Any]
+    put: Callable[[Plan, Any, Plan], Plan]
+    """(plan, value, target) -> the plan with that value; ``target`` is the plan the chain heads for (a technique the
+    scenario gives is taken from it)."""
+    rank: int
+    """The order the chain tries the moves in: of two equally good moves, the first is taken."""
+    order: tuple[Any, ...] = ()
+    """Values whose "more" is not numeric order, from none to the most."""
+    naive: Any = None
+    """Its value in the naive plan the chain starts from (none of the technique)."""
+
+
+def field_move(name: str, words: str, rank: int, naive: Any, order: tuple[Any, ...] = ()) -> Move:
+    """A plan field (``plan.tp``, ``plan.recompute``, ...) as a move; ``naive``: the field without the technique."""
+    return Move(words, lambda p: getattr(p, name), lambda p, v, _: p.model_copy(update={name: v}), rank, order, naive)
+
+
+def entry_move(
+    kind: str,
+    words: str,
+    rank: int,
+    value: Callable[[Any], Any],
+    entry: Callable[[Any], Any],
+    none: Any,
+    order: tuple[Any, ...] = (),
+) -> Move:
+    """A ``plan.exchanges`` entry as a move by one value: ``value(entry)`` reads it (``none`` without one),
+    ``entry(value)`` makes it (appended after the plan's other entries)."""
+
+    def get(p: Plan) -> Any:
+        return next((value(x) for x in p.exchanges if x.kind == kind), none)
+
+    def put(p: Plan, v: Any, _: Plan) -> Plan:
+        rest = [x for x in p.exchanges if x.kind != kind]
+        return p.model_copy(update={"exchanges": rest if v == none else [*rest, entry(v)]})
+
+    return Move(words, get, put, rank, order, none)
+
+
+def given_move(kind: str, words: str, rank: int) -> Move:
+    """A technique the scenario gives and the search keeps as given: present (its entry as the target has it) or not."""
+
+    def get(p: Plan) -> bool:
+        return any(x.kind == kind for x in p.exchanges)
+
+    def put(p: Plan, v: Any, target: Plan) -> Plan:
+        rest = [x for x in p.exchanges if x.kind != kind]
+        return p.model_copy(update={"exchanges": [*rest, *(x for x in target.exchanges if x.kind == kind and v)]})
+
+    return Move(words, get, put, rank, naive=False)
+
+
+@dataclass(frozen=True)
 class Exchange:
     info: ExchangeInfo
     workloads: tuple[Workload, ...]
@@ -104,6 +164,9 @@ class Exchange:
     used: Callable[[Plan], bool] | None = None
     """Whether a plan uses it, for the plan fields (``tp > 1``, ``zero > 0``, ...); None: an entry of its kind
     is in ``plan.exchanges``."""
+    move: Move | None = None
+    """The technique as a dimension of the chain; None: the chain does not move it (a workload's batch, local SGD
+    kept in every state, the edge split)."""
 
     def uses(self, plan: Plan) -> bool:
         if self.used is not None:
@@ -197,6 +260,13 @@ def registered(workload: Workload | None = None) -> list[Exchange]:
     """Every registered technique (for one workload), in registration order."""
     _load()
     return [x for x in _REGISTRY.values() if workload is None or workload in x.workloads]
+
+
+def moves(workload: Workload) -> list[tuple[str, Move]]:
+    """The registered techniques the chain moves for a workload, by kind, in their ``rank`` order (ties: registration
+    order)."""
+    out = [(x.kind, x.move) for x in registered(workload) if x.move is not None]
+    return sorted(out, key=lambda km: km[1].rank)
 
 
 def used_by(plan: Plan, workload: Workload) -> list[str]:

@@ -348,3 +348,36 @@ def test_choices_are_a_technique_s_fixed_values():
         registry.choices("gradient-compression", "density")  # a number, not a choice
     with pytest.raises(KeyError):
         registry.choices("gradient-compression", "nope")
+
+
+@pytest.mark.parametrize("with_move", [True, False], ids=["given move", "no move"])
+def test_a_registered_technique_the_scenario_gives_is_a_chain_step_with_a_move_and_kept_without_one(with_move):
+    """The chain enumerates the registry's moves: a technique registered with one is a step of its own under its words;
+    one registered without a move (and without options) stays in every state, so the chain still ends at the plan."""
+    from aitrinity.plan.chain import serving_chain
+
+    def hits(x: ToyCodec, plan: Plan, fx: ServingEffects) -> tuple[Plan, ServingEffects]:  # an effect that counts
+        return plan, dataclasses.replace(fx, prefix_hit=0.9)
+
+    given = dataclasses.replace(
+        TOY,
+        searched=False,
+        options=(),
+        serving_effect=hits,
+        move=registry.given_move("toy-kv-codec", "toy codec", 50) if with_move else None,
+    )
+    registry.register(given)
+    try:
+        r = api.resolve(validate(Scenario, SERVING))
+        m, job, system = r.model, r.scenario.workload.serving, r.system
+        base = registry.with_added(r.scenario.plan, [ToyCodec(ratio=0.5)])
+        best = search_serving(m, job, base, system).best
+        assert best is not None
+        chain = serving_chain(m, job, base, system, best)
+        toy_steps = [s for s in chain.steps if s.exchange == "toy-kv-codec"]
+        assert len(toy_steps) == with_move
+        if with_move:
+            assert "toy codec False -> True" in toy_steps[0].sentence
+        assert chain.steps[-1].score_after == pytest.approx(1.0 / best.throughput_tokens_per_s, rel=1e-9)
+    finally:
+        registry.unregister(given.kind)

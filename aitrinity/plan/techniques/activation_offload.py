@@ -5,7 +5,7 @@ the system has host memory. No quality cost: the activations come back bit for b
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, entry_move, register
 from aitrinity.spec.exchanges import ActivationOffload
 
 EXCHANGE = register(
@@ -24,5 +24,13 @@ EXCHANGE = register(
         ("training",),
         ActivationOffload,
         searched=True,
+        move=entry_move(
+            "activation-offload",
+            "activation offload",
+            11,
+            lambda x: x.fraction,
+            lambda v: ActivationOffload(kind="activation-offload", fraction=v),
+            0.0,
+        ),
     )
 )

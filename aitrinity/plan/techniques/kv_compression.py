@@ -11,7 +11,7 @@ layer-wise bit allocation and entropy coding to get there.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, accuracy_table, register
+from aitrinity.plan.registry import Exchange, accuracy_table, given_move, register
 from aitrinity.spec.exchanges import KVCompression
 
 ACCURACY_DROP = {8: 0.0, 4: 0.01, 2: 0.02}
@@ -34,5 +34,6 @@ EXCHANGE = register(
         ("serving",),
         KVCompression,
         accuracy_table(ACCURACY_DROP, "bits", SOURCE),
+        move=given_move("kv-compression", "KV compression", 16),
     )
 )

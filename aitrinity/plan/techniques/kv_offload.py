@@ -5,7 +5,7 @@ when the system has host memory. No quality cost: the KV comes back bit for bit.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, entry_move, register
 from aitrinity.spec.exchanges import KVOffload
 
 EXCHANGE = register(
@@ -24,5 +24,13 @@ EXCHANGE = register(
         ("serving",),
         KVOffload,
         searched=True,
+        move=entry_move(
+            "kv-offload",
+            "KV offload",
+            12,
+            lambda x: x.fraction,
+            lambda v: KVOffload(kind="kv-offload", tier="host", fraction=v),
+            0.0,
+        ),
     )
 )

@@ -10,7 +10,7 @@ per-channel key quantization (KVQuant, KIVI), plain per-token 4-bit loses more.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, accuracy_table, register
+from aitrinity.plan.registry import Exchange, accuracy_table, entry_move, register
 from aitrinity.spec.exchanges import KVQuantization
 
 ACCURACY_DROP = {"fp8": 0.0, "int8": 0.0, "int4": 0.01}
@@ -34,5 +34,14 @@ EXCHANGE = register(
         KVQuantization,
         accuracy_table(ACCURACY_DROP, "dtype", SOURCE),
         searched=True,
+        move=entry_move(
+            "kv-quantization",
+            "KV quantization",
+            14,
+            lambda x: x.dtype,
+            lambda v: KVQuantization(kind="kv-quantization", dtype=v),
+            "none",
+            ("none", "fp8", "int8"),
+        ),
     )
 )

@@ -6,7 +6,7 @@ has a quality cost.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, field_move, register
 from aitrinity.spec.scenario import Plan
 
 
@@ -31,6 +31,7 @@ TP = register(
         ("training", "serving"),
         searched=True,
         used=lambda p: p.tp > 1,
+        move=field_move("tp", "tensor parallel", 1, 1),
     )
 )
 PP = register(
@@ -49,6 +50,7 @@ PP = register(
         ("training", "serving"),
         searched=True,
         used=lambda p: p.pp > 1,
+        move=field_move("pp", "pipeline parallel", 2, 1),
     )
 )
 EP = register(
@@ -66,6 +68,7 @@ EP = register(
         ),
         ("training", "serving"),
         used=lambda p: p.ep > 1,
+        move=field_move("ep", "expert parallel", 3, 1),
     )
 )
 CP = register(
@@ -85,6 +88,7 @@ CP = register(
         ("training", "serving"),
         searched=True,
         used=lambda p: p.cp > 1,
+        move=field_move("cp", "context parallel", 4, 1),
     )
 )
 MICRO_BATCH = register(
@@ -103,6 +107,7 @@ MICRO_BATCH = register(
         ("training",),
         searched=True,
         used=_size,
+        move=field_move("micro_batch", "micro-batch", 7, 1),
     )
 )
 VIRTUAL_STAGES = register(
@@ -121,6 +126,7 @@ VIRTUAL_STAGES = register(
         ("training",),
         searched=True,
         used=lambda p: p.virtual_stages > 1,
+        move=field_move("virtual_stages", "virtual pipeline stages", 8, 1),
     )
 )
 BATCH = register(

@@ -5,7 +5,7 @@ Searched by the planner when the system has host memory. No quality cost: the up
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, entry_move, register
 from aitrinity.spec.exchanges import OptimizerOffload
 
 EXCHANGE = register(
@@ -24,5 +24,13 @@ EXCHANGE = register(
         ("training",),
         OptimizerOffload,
         searched=True,
+        move=entry_move(
+            "optimizer-offload",
+            "optimizer offload",
+            10,
+            lambda _: True,
+            lambda _: OptimizerOffload(kind="optimizer-offload"),
+            False,
+        ),
     )
 )

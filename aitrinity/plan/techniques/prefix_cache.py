@@ -5,7 +5,7 @@ searches the cache's capacity when the entry gives a trace. No quality cost: the
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, given_move, register
 from aitrinity.spec.exchanges import PrefixCache
 
 EXCHANGE = register(
@@ -23,5 +23,6 @@ EXCHANGE = register(
         ),
         ("serving",),
         PrefixCache,
+        move=given_move("prefix-cache", "prefix cache", 15),
     )
 )

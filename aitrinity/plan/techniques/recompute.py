@@ -4,7 +4,7 @@ A plan field (``plan.recompute``: none, selective, full), searched by the planne
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -22,5 +22,6 @@ EXCHANGE = register(
         ("training",),
         searched=True,
         used=lambda p: p.recompute != "none",
+        move=field_move("recompute", "recomputation", 6, "none", ("none", "selective", "full")),
     )
 )

@@ -4,7 +4,7 @@ A plan field (``plan.sequence_parallel``), searched by the planner where ``tp > 
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -22,5 +22,6 @@ EXCHANGE = register(
         ("training",),
         searched=True,
         used=lambda p: p.sequence_parallel,
+        move=field_move("sequence_parallel", "sequence parallelism", 5, False),
     )
 )

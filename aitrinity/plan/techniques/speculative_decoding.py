@@ -11,7 +11,7 @@ Chen et al. 2023), so it is lossless.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, given_move, register
 from aitrinity.spec.exchanges import SpeculativeDecoding
 
 EXCHANGE = register(
@@ -29,5 +29,6 @@ EXCHANGE = register(
         ),
         ("serving",),
         SpeculativeDecoding,
+        move=given_move("speculative-decoding", "speculative decoding", 18),
     )
 )

@@ -13,7 +13,7 @@ budget rather than the table (``workload.serving.max_accuracy_drop``).
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, accuracy_table, register
+from aitrinity.plan.registry import Exchange, accuracy_table, entry_move, register
 from aitrinity.spec.exchanges import WeightQuantization
 
 ACCURACY_DROP = {"fp8": 0.0, "int8": 0.02, "int4": 0.02, "fp4": 0.01}
@@ -37,5 +37,14 @@ EXCHANGE = register(
         WeightQuantization,
         accuracy_table(ACCURACY_DROP, "dtype", SOURCE),
         searched=True,
+        move=entry_move(
+            "weight-quantization",
+            "weight quantization",
+            13,
+            lambda x: x.dtype,
+            lambda v: WeightQuantization(kind="weight-quantization", dtype=v),
+            "none",
+            ("none", "fp8", "int8", "int4"),
+        ),
     )
 )

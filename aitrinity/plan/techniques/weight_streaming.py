@@ -4,7 +4,7 @@ Effect on the ledger: :mod:`aitrinity.cost.serving`. Kept as the scenario gives 
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, given_move, register
 from aitrinity.spec.exchanges import WeightStreaming
 
 EXCHANGE = register(
@@ -22,5 +22,6 @@ EXCHANGE = register(
         ),
         ("serving",),
         WeightStreaming,
+        move=given_move("weight-streaming", "weight streaming", 17),
     )
 )

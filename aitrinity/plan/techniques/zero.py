@@ -4,7 +4,7 @@ A plan field, searched by the planner (stages 0-3). No quality cost: the arithme
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, register
+from aitrinity.plan.registry import Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -22,5 +22,6 @@ EXCHANGE = register(
         ("training",),
         searched=True,
         used=lambda p: p.zero > 0,
+        move=field_move("zero", "ZeRO stage", 0, 0),
     )
 )
