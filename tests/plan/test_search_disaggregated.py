@@ -32,6 +32,14 @@ def _search(r, **kw):
     return search_splits(r.model, r.scenario.workload.serving, r.scenario.plan, r.system, kernels=k, **kw)
 
 
+def _diagnosed(r, c):
+    """The split ``c`` of the resolved scenario ``r`` as a scenario of its own, through api.diagnose."""
+    sc = r.scenario.model_copy(update={"plan": c.plan(r.scenario.plan)})
+    job = sc.workload.serving.model_copy(update={"batch": c.batch})
+    sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"serving": job})})
+    return api.diagnose(sc).estimate.serving
+
+
 @pytest.fixture(scope="module")
 def small():
     r = api.resolve(_scenario())
@@ -59,10 +67,7 @@ def test_the_best_split_is_the_best_of_every_split_diagnosed_one_by_one(small):
 def test_a_split_is_priced_as_diagnose_prices_its_plan(small):
     r, res = small
     for c in res.top[:: max(len(res.top) // 5, 1)]:
-        sc = r.scenario.model_copy(update={"plan": c.plan(r.scenario.plan)})
-        job = sc.workload.serving.model_copy(update={"batch": c.batch})
-        sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"serving": job})})
-        s = api.diagnose(sc).estimate.serving
+        s = _diagnosed(r, c)
         # the loop's fixed point settles to 1e-6 of the decode occupancy, one row or many at once
         assert (s.ttft_s, s.tpot_s) == pytest.approx((c.ttft_s, c.tpot_s), rel=1e-5)
         assert s.output_tokens_per_s == pytest.approx(c.tokens_per_s, rel=1e-5)
@@ -129,10 +134,7 @@ def test_host_link_exchanges_slow_a_split_as_diagnose_prices_them(exchange):
     assert res.best is not None and plain.best is not None
     assert res.best.tokens_per_s < plain.best.tokens_per_s
     for c in res.top:
-        s = r.scenario.model_copy(update={"plan": c.plan(r.scenario.plan)})
-        job = s.workload.serving.model_copy(update={"batch": c.batch})
-        s = s.model_copy(update={"workload": s.workload.model_copy(update={"serving": job})})
-        est = api.diagnose(s).estimate.serving
+        est = _diagnosed(r, c)
         assert (est.ttft_s, est.tpot_s) == pytest.approx((c.ttft_s, c.tpot_s), rel=1e-5)
         assert est.output_tokens_per_s == pytest.approx(c.tokens_per_s, rel=1e-5)
 
