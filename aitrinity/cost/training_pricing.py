@@ -28,8 +28,14 @@ from aitrinity.cost import collectives as coll
 from aitrinity.cost.estimate import GPU_CHANNELS, combine_rows, link_time, roofline_times
 from aitrinity.cost.flops import OPERATORS_PER_LAYER
 from aitrinity.cost.kernels import Kernels
-from aitrinity.cost.train_operators import TRAIN_OPERATOR_CLASSES, ClassTimes, MicroBatch, StepTimes, schedule
-from aitrinity.cost.train_operators import slowest_stage as slowest_stage
+from aitrinity.cost.train_operators import (
+    TRAIN_OPERATOR_CLASSES,
+    ClassTimes,
+    MicroBatch,
+    StepTimes,
+    schedule,
+    slowest_stage,
+)
 from aitrinity.cost.training import CP_GATHER, PP_TRAFFIC, Columns, Rows
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System
