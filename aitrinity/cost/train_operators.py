@@ -40,7 +40,6 @@ from aitrinity.cost.kernels import Array, Kernels
 from aitrinity.cost.operators import Layout as ServingLayout
 from aitrinity.cost.operators import attention_shape, mla_widths, mlp_time, projection_time, window_share
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan
 
 TRAIN_OPERATOR_CLASSES = ("gemm", "attention", "communication", "elementwise")
 
@@ -70,19 +69,6 @@ class MicroBatch:
 
 
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
-
-
-def plan_microbatch(plan: Plan, seq_len: int) -> MicroBatch:
-    """The micro-batch of one plan (a batch of one row)."""
-    return MicroBatch(
-        micro_batch=plan.micro_batch,
-        seq_len=seq_len,
-        recompute=RECOMPUTE_INDEX[plan.recompute],
-        sequence_parallel=plan.sequence_parallel,
-        flash_attention=plan.flash_attention,
-        dtype=plan.compute_dtype,
-        context_parallel=plan.cp,
-    )
 
 
 @dataclass(frozen=True)
@@ -240,18 +226,3 @@ def schedule(
     bubble = (pp - 1) / np.asarray(virtual_stages, dtype=np.float64) * (per_microbatch.total + p2p)
     opt = np.asarray(optimizer_bytes, dtype=np.float64)
     return StepTimes(per_microbatch, n, p2p, bubble, np.where(opt > 0, k.elementwise(opt), 0.0))
-
-
-def step_times(
-    m: ModelSpec,
-    k: Kernels,
-    par: tuple[int, int, int, int],
-    mb: MicroBatch,
-    microbatches: ArrayLike,
-    p2p_s: ArrayLike,
-    optimizer_bytes: ArrayLike,
-) -> StepTimes:
-    """The step of a ``par = (tp, pp, ep, virtual_stages)`` pipeline (:func:`slowest_stage` in
-    :func:`schedule`)."""
-    tp, pp, ep, v = par
-    return schedule(slowest_stage(m, k, tp, pp, ep, mb), k, pp, v, microbatches, p2p_s, optimizer_bytes)

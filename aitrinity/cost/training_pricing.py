@@ -8,7 +8,7 @@ one plan (:func:`aitrinity.cost.estimate.estimate_training` renders its first ro
 * On a GPU, the operator model (:mod:`aitrinity.cost.train_operators`): the slowest stage's micro-batch from
   kernel times, the 1F1B schedule around it with the pipeline sends (and ``cp_method: allgather``'s K/V gathers)
   in series, the optimizer's pass; the streams it does not time (data-parallel gradients, EP all-to-all,
-  offloads) combine with that under the system's overlap model (:func:`aitrinity.cost.estimate.gpu_training_step`).
+  offloads) combine with that under the system's overlap model (:func:`gpu_training_step`).
 * Elsewhere, the phase roofline (:mod:`aitrinity.cost.estimate`'s module doc): the resources combined under the
   overlap model, plus the pipeline bubble and the operators' dispatch in series.
 

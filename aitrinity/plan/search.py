@@ -35,7 +35,6 @@ from aitrinity.plan.vector_training import (
     fixed_exchanges,
     price_rows,
 )
-from aitrinity.spec.exchanges import ActivationOffload, GradientCompression, OptimizerOffload
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
 
@@ -114,13 +113,14 @@ class PlanChoice(Result):
         """The scenario plan with this choice applied (dtypes, the exchanges the search does not choose, such as
         local SGD, and the rest kept)."""
         ex: list[Any] = fixed_exchanges(base)
-        if self.compression != "none":
-            ex.append(GradientCompression(kind="gradient-compression", method=self.compression, rank=4))
-        if self.optimizer_offload:
-            ex.append(OptimizerOffload(kind="optimizer-offload"))
-        if self.activation_offload:
-            ex.append(ActivationOffload(kind="activation-offload", fraction=self.activation_offload))
-        ex += [registry.entry(e) for e in self.added]
+        searched = {"gradient-compression": self.compression, "optimizer-offload": self.optimizer_offload}
+        searched["activation-offload"] = self.activation_offload
+        plan = base.model_copy(update={"exchanges": ex})
+        for kind, value in searched.items():  # each entry as its technique's move makes it
+            move = registry.get(kind).move
+            assert move is not None
+            plan = move.put(plan, value, base)
+        ex = [*plan.exchanges, *(registry.entry(e) for e in self.added)]
         return base.model_copy(
             update={
                 "tp": self.tp,

@@ -44,8 +44,8 @@ from aitrinity.cost.serving_pricing import (
     static_times,
 )
 from aitrinity.cost.speculation import Speculation
+from aitrinity.plan import registry
 from aitrinity.plan.rows import first_failed
-from aitrinity.spec.exchanges import KVOffload, KVQuantization, WeightQuantization
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, moves_kv
@@ -97,16 +97,16 @@ class ServingPriced:
 
 
 def row_plan(base: Plan, tp: int, pp: int, f: float, wq: str, kq: str) -> Plan:
-    """The scalar plan of one row: the scenario's plan, its searched exchanges replaced by the row's."""
-    kept = [x for x in base.exchanges if x.kind not in SEARCHED]
-    ex: list[object] = list(kept)
-    if f > 0:
-        ex.append(KVOffload(kind="kv-offload", tier="host", fraction=f))
-    if wq != "none":
-        ex.append(WeightQuantization(kind="weight-quantization", dtype=wq))
-    if kq != "none":
-        ex.append(KVQuantization(kind="kv-quantization", dtype=kq))
-    return base.model_copy(update={"tp": tp, "pp": pp, "dp": None, "exchanges": ex})
+    """The scalar plan of one row: the scenario's plan, its searched exchanges replaced by the row's (each entry as its
+    technique's move makes it)."""
+    plan = base.model_copy(
+        update={"tp": tp, "pp": pp, "dp": None, "exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]}
+    )
+    for kind, value in zip(SEARCHED, (f, wq, kq), strict=True):
+        move = registry.get(kind).move
+        assert move is not None
+        plan = move.put(plan, value, base)
+    return plan
 
 
 def price_rows(
