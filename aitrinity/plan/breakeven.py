@@ -7,6 +7,12 @@ bandwidth) and locate the scale where the verdict flips, by a log-spaced scan
 and bisection. The rule is exact under the scenario's own cost model and
 overlap model -- it is the same pricing that produced the diagnosis.
 
+The flip is located on the *margin* (the time per unit of work with the exchange minus without it, beyond
+:data:`TOLERANCE`): a scan finds the first quarter decade where it changes sign and Brent's method (Brent 1973,
+*Algorithms for Minimization without Derivatives*, ch. 4; the variant of scipy's ``brentq``) closes the bracket,
+a handful of pricings where the margin is smooth, bisection's count where it jumps. A plan without the exchange
+that moves no byte over the swept path is priced once, not at every scale.
+
 * ``faster`` exchanges (compression, prefix reuse, quantization) pay off where
   the plan with them takes less time per unit of work;
 * ``hidden`` exchanges (offloads) buy memory and pay off where their transfers
@@ -20,7 +26,6 @@ it, and its report says the largest factor it could afford at today's bandwidth.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -38,10 +43,14 @@ from aitrinity.spec.scenario import Plan, Scenario, System, moves_kv
 from aitrinity.units import format_bandwidth, format_bytes
 
 TOLERANCE = 1e-6
-SCAN = [10.0 ** (k / 4.0) for k in range(-16, 17)]  # bandwidth scales 1e-4 .. 1e4
-BISECTIONS = 12
-"""Halvings of the bracket (a quarter decade) around a flip: the threshold to 1 part in 14,000, below the three
-significant figures it is printed with (each halving prices the scenario twice; 20 did, for digits never shown)."""
+SCAN: list[float] = [10.0 ** (k / 4.0) for k in range(-16, 17)]  # bandwidth scales 1e-4 .. 1e4
+LOG_XTOL = 1.4e-4
+"""How close (in log scale) the search closes in on a flip: the threshold to 1 part in 14,000, below the three
+significant figures it is printed with -- what 12 halvings of a quarter decade gave."""
+ISOLATED = ("host", "host_dram", "storage")
+"""Swept channels that reach the pricing only through the ledger's traffic on them (the collectives' and the
+operator model's links and HBM are read directly): a plan that sends nothing over them costs the same at every
+scale."""
 
 
 def _scaled(system: System, channel: str, k: float) -> System:
@@ -129,12 +138,11 @@ def report(
     inf = registry.get(x.kind).info
     quality = registry.get(x.kind).quality(x)
     own_factor = quality.steps_factor
-    build, estimate = _pricer(scenario, model, kernels)
+    estimate = _pricer(scenario, model, kernels)
     without_plan = _without(plan, index)
-    with_ledger = build(plan, system)
     with_est, without_est = estimate(plan, system), estimate(without_plan, system)
     relieved = without_est.memory.used_bytes - with_est.memory.used_bytes
-    channel = _channel(inf, x, with_ledger)
+    channel = _channel(inf, x, with_est.ledger)
     t_without = _per_unit(without_est, without_plan)
     t_with = _per_unit(with_est, plan)
 
@@ -163,10 +171,10 @@ def report(
     if channel is None:
         return result(None, None, None, False, f"{inf.title}: nothing to relieve here (no traffic of that kind).")
 
-    pays = _pays_at(inf, estimate, system, channel, (plan, without_plan), t_without)
-    k_star = _boundary(pays, inf.pays_when == "below")
+    margin = _Margin(inf, estimate, system, channel, (plan, without_plan), (without_est.ledger, t_without))
+    k_star = _boundary(margin, margin.paying, inf.pays_when == "below")
     nominal = _nominal(system, channel)
-    now = pays(1.0)
+    now = margin.pays(1.0)
     resource = _LABEL[channel]
     threshold = None if k_star is None else k_star * nominal
     sentence = _verdict(inf, resource, threshold, nominal, now)
@@ -176,27 +184,57 @@ def report(
     return result(resource, threshold, nominal, now, sentence + ".")
 
 
-def _pays_at(
-    inf: ExchangeInfo,
-    estimate: Callable[[Plan, System], Estimate],
-    system: System,
-    channel: str,
-    plans: tuple[Plan, Plan],
-    t_without: float,
-) -> Callable[[float], bool]:
-    """Whether the exchange pays off with ``channel``'s bandwidth scaled by ``k``: the plan with it (``plans[0]``)
-    against the plan without it, per unit of work, beyond :data:`TOLERANCE` of today's time without it (by its
-    rule: faster, or no slower). Cached: the scan's ``k = 1`` is today's verdict too."""
-    with_plan, without_plan = plans
+class _Margin:
+    """The exchange's margin at ``channel``'s bandwidth scaled by ``k``: its time per unit of work minus the time
+    without it (``plans``), shifted by :data:`TOLERANCE` of today's time without it so that it pays off where the
+    margin is negative (by its rule: faster, strictly; or no slower, where zero pays too). Cached per scale: the
+    scan's ``k = 1`` is today's verdict too."""
 
-    @functools.cache
-    def pays(k: float) -> bool:
-        s = _scaled(system, channel, k)
-        gain = _per_unit(estimate(with_plan, s), with_plan) - _per_unit(estimate(without_plan, s), without_plan)
-        ref = TOLERANCE * t_without
-        return gain < -ref if inf.rule == "faster" else gain <= ref
+    def __init__(
+        self,
+        inf: ExchangeInfo,
+        estimate: Callable[[Plan, System], Estimate],
+        system: System,
+        channel: str,
+        plans: tuple[Plan, Plan],
+        without: tuple[Ledger, float],
+    ) -> None:
+        self._estimate, self._system, self._channel = estimate, system, channel
+        self._with_plan, self._without_plan = plans
+        without_ledger, t_without = without
+        self._fixed_without = t_without if _unmoved(system, channel, without_ledger) else None
+        self._shift = TOLERANCE * t_without if inf.rule == "faster" else -TOLERANCE * t_without
+        self.strict = inf.rule == "faster"
+        self._priced: dict[float, float] = {}
 
-    return pays
+    def __call__(self, k: float) -> float:
+        if k not in self._priced:
+            self._priced[k] = self._price(k)
+        return self._priced[k]
+
+    def _price(self, k: float) -> float:
+        s = _scaled(self._system, self._channel, k)
+        t_with = _per_unit(self._estimate(self._with_plan, s), self._with_plan)
+        t_without = self._fixed_without
+        if t_without is None:
+            t_without = _per_unit(self._estimate(self._without_plan, s), self._without_plan)
+        return t_with - t_without + self._shift
+
+    def pays(self, k: float) -> bool:
+        return self.paying(self(k))
+
+    def paying(self, margin: float) -> bool:
+        return margin < 0 if self.strict else margin <= 0
+
+
+def _unmoved(system: System, channel: str, ledger: Ledger) -> bool:
+    """Whether scaling ``channel`` leaves ``ledger``'s price alone: an :data:`ISOLATED` channel, and none of the
+    ledger's traffic crosses a path whose bandwidth the scaling changes."""
+    if channel not in ISOLATED:
+        return False
+    scaled = _scaled(system, channel, 2.0)
+    used = {t.channel for p in ledger.phases for t in p.traffic if t.bytes_per_device > 0}
+    return all(scaled.channel(c).bandwidth_Bps == system.channel(c).bandwidth_Bps for c in used)
 
 
 def _costs(quality: Quality, relieved: float, only_fits: bool) -> str:
@@ -211,27 +249,19 @@ def _costs(quality: Quality, relieved: float, only_fits: bool) -> str:
     return out
 
 
-def _pricer(
-    scenario: Scenario, model: ModelSpec, kernels: Kernels | None
-) -> tuple[Callable[[Plan, System], Ledger], Callable[[Plan, System], Estimate]]:
-    """The scenario's ledger builder and its pricing, as ``diagnose`` runs them (with its ``kernels``), for any plan
-    and system."""
+def _pricer(scenario: Scenario, model: ModelSpec, kernels: Kernels | None) -> Callable[[Plan, System], Estimate]:
+    """The scenario's ledger and its pricing, as ``diagnose`` runs them (with its ``kernels``), for any plan and
+    system."""
     w = scenario.workload
 
-    def build(p: Plan, s: System) -> Ledger:
-        if w.training is not None:
-            return training_ledger(scenario.name, model, w.training, p, s)
-        assert w.serving is not None
-        return serving_ledger(scenario.name, model, w.serving, p, s)
-
     def estimate(p: Plan, s: System) -> Estimate:
-        led = build(p, s)
         if w.training is not None:
-            return price_training_ledger(led, model, p, s, kernels)
+            return price_training_ledger(training_ledger(scenario.name, model, w.training, p, s), model, p, s, kernels)
         assert w.serving is not None
+        led = serving_ledger(scenario.name, model, w.serving, p, s)
         return price_serving_ledger(led, model, p, w.serving, s, kernels)
 
-    return build, estimate
+    return estimate
 
 
 def _verdict(inf: ExchangeInfo, resource: str, threshold: float | None, nominal: float, now: bool) -> str:
@@ -260,22 +290,54 @@ def _steps_budget(t_without: float, t_with_exact: float, assumed: float) -> str:
     return f"; it stays ahead while it needs at most {afford:.2f}x the optimizer steps it needs without it ({told})"
 
 
-def _boundary(pays: Callable[[float], bool], below: bool) -> float | None:
-    """The scale where ``pays`` flips: from paying (small k) to not when ``below``, the reverse otherwise.
+def _boundary(margin: Callable[[float], float], paying: Callable[[float], bool], below: bool) -> float | None:
+    """The scale where the exchange flips: from paying (small k) to not when ``below``, the reverse otherwise.
+    ``margin(k)`` says how far it is from the flip, ``paying(margin)`` on which side.
 
-    None when it never flips over 1e-4 .. 1e4 of today's bandwidth.
+    The scan over :data:`SCAN` stops at the first flip; :func:`_brent` closes in on it. None when it never flips
+    over 1e-4 .. 1e4 of today's bandwidth.
     """
-    previous = pays(SCAN[0])
+    previous = margin(SCAN[0])
     for i in range(len(SCAN) - 1):  # priced lazily: the scan stops at the first flip
-        current = pays(SCAN[i + 1])
-        if previous != current and previous == below:
-            lo, hi = math.log(SCAN[i]), math.log(SCAN[i + 1])
-            for _ in range(BISECTIONS):
-                mid = (lo + hi) / 2
-                if pays(math.exp(mid)) == below:
-                    lo = mid
-                else:
-                    hi = mid
-            return math.exp((lo + hi) / 2)
+        current = margin(SCAN[i + 1])
+        if paying(previous) != paying(current) and paying(previous) == below:
+            if previous == 0.0 or current == 0.0:  # a scan point sits on the flip itself
+                return SCAN[i] if previous == 0.0 else SCAN[i + 1]
+            x = _brent(lambda x: margin(math.exp(x)), math.log(SCAN[i]), math.log(SCAN[i + 1]), previous, current)
+            return math.exp(x)
         previous = current
     return None
+
+
+def _brent(f: Callable[[float], float], a: float, b: float, fa: float, fb: float) -> float:
+    """A zero of ``f`` between ``a`` and ``b`` (``fa``, ``fb`` of opposite signs) to within :data:`LOG_XTOL`: Brent's
+    method -- inverse quadratic or linear interpolation where it converges, bisection where it does not, a step of
+    at least the tolerance toward the other end so that the bracket closes (Brent 1973, ch. 4; after scipy's
+    ``brentq``)."""
+    x_pre, x_cur, f_pre, f_cur = a, b, fa, fb
+    x_blk, f_blk, s_pre, s_cur = a, fa, b - a, b - a
+    delta = LOG_XTOL / 2
+    while True:
+        if f_pre != 0.0 and f_cur != 0.0 and (f_pre < 0.0) != (f_cur < 0.0):
+            x_blk, f_blk = x_pre, f_pre  # the bracket's other end
+            s_pre = s_cur = x_cur - x_pre
+        if abs(f_blk) < abs(f_cur):  # keep the better end as the current one
+            x_pre, x_cur, x_blk = x_cur, x_blk, x_cur
+            f_pre, f_cur, f_blk = f_cur, f_blk, f_cur
+        s_bis = (x_blk - x_cur) / 2
+        if f_cur == 0.0 or abs(s_bis) < delta:
+            return x_cur
+        step, trusted = s_bis, False
+        if abs(s_pre) > delta and abs(f_cur) < abs(f_pre):
+            if x_pre == x_blk:  # secant
+                trial = -f_cur * (x_cur - x_pre) / (f_cur - f_pre)
+            else:  # inverse quadratic
+                d_pre = (f_pre - f_cur) / (x_pre - x_cur)
+                d_blk = (f_blk - f_cur) / (x_blk - x_cur)
+                trial = -f_cur * (f_blk * d_blk - f_pre * d_pre) / (d_blk * d_pre * (f_blk - f_pre))
+            trusted = 2 * abs(trial) < min(abs(s_pre), 3 * abs(s_bis) - delta)  # short enough to trust
+            step = trial if trusted else s_bis
+        s_pre, s_cur = (s_cur, step) if trusted else (s_bis, s_bis)
+        x_pre, f_pre = x_cur, f_cur
+        x_cur += step if abs(step) > delta else math.copysign(delta, s_bis)
+        f_cur = f(x_cur)

@@ -1,3 +1,4 @@
+import math
 import typing
 
 import pytest
@@ -141,25 +142,76 @@ def test_thresholds_are_where_the_verdict_flips(name):
         assert pays(k * 0.97) != pays(k * 1.03), (x.kind, rep.sentence)
 
 
-def test_the_boundary_scan_stops_at_the_first_flip_and_finds_it_to_the_printed_figures():
-    """The scan prices its points only up to the first flip (then halves the bracket), and the threshold it returns
-    is the flip's to far better than the three figures it is printed with; a verdict that never flips gives None."""
-    from aitrinity.plan.breakeven import BISECTIONS, SCAN, _boundary
+@pytest.mark.parametrize(
+    ("shape", "most"),
+    [
+        (lambda k: math.log(k / 0.0123), 4),  # smooth in log k: interpolation closes in within a few pricings
+        (lambda k: k - 0.0123, 6),  # smooth in k
+        (lambda k: max(k - 0.0123, 0.0) * 1e3 - 1e-9, 13),  # flat, then a kink: a hidden exchange's margin
+        (lambda k: -1.0 if k < 0.0123 else 1.0, 13),  # a jump: bisection's pace
+    ],
+    ids=["log", "linear", "kink", "jump"],
+)
+def test_the_boundary_scan_stops_at_the_first_flip_and_finds_it_to_the_printed_figures(shape, most):
+    """The scan prices its points only up to the first flip, then Brent's method closes the bracket: the threshold
+    it returns is the flip's to far better than the three figures it is printed with, in no more pricings than 12
+    halvings of the bracket took (far fewer where the margin is smooth); a verdict that never flips gives None."""
+    from aitrinity.plan.breakeven import SCAN, _boundary
 
     asked: list[float] = []
 
-    def pays(k: float) -> bool:
+    def margin(k: float) -> float:
         asked.append(k)
-        return k < 0.0123  # pays below the flip
+        return shape(k)
 
-    k = _boundary(pays, below=True)
+    k = _boundary(margin, lambda m: m < 0, below=True)  # pays below the flip
     assert k == pytest.approx(0.0123, rel=1e-4)
     scanned = [x for x in asked if x in SCAN]
     assert scanned == [x for x in SCAN if x <= 0.0123 * 1.8]  # up to the first point past the flip, no further
-    assert len(asked) == len(scanned) + BISECTIONS
+    assert len(asked) - len(scanned) <= most
     asked.clear()
-    assert _boundary(lambda k: asked.append(k) or True, below=True) is None
+    assert _boundary(lambda k: asked.append(k) or -1.0, lambda m: m < 0, below=True) is None
     assert len(asked) == len(SCAN)
+
+
+def test_a_scan_point_on_the_flip_is_the_threshold():
+    """A margin of exactly zero at a scan point is the flip itself (it pays there only where zero pays)."""
+    from aitrinity.plan.breakeven import SCAN, _boundary
+
+    flip = SCAN[10]
+    assert _boundary(lambda k: k - flip, lambda m: m <= 0, below=True) == SCAN[10]  # zero pays: the last paying
+    assert _boundary(lambda k: k - flip, lambda m: m < 0, below=True) == SCAN[10]  # zero does not: the first not
+
+
+def test_a_plan_that_moves_nothing_over_the_swept_path_is_priced_once():
+    """Without prefix reuse the serving example sends nothing over the host link, so its price does not depend on
+    that link: the break-even search prices it once, and the margin agrees with a full pricing at every scale."""
+    from aitrinity.plan import registry
+    from aitrinity.plan.breakeven import _Margin, _pricer
+
+    r = api.resolve("llama-70b-serving-long-context")
+    plan = r.scenario.plan
+    (i,) = [j for j, x in enumerate(plan.exchanges) if x.kind == "prefix-cache"]
+    without = _without(plan, i)
+    estimate = _pricer(r.scenario, r.model, None)
+    calls: list[bool] = []
+
+    def counted(p, s):
+        calls.append(p is without)
+        return estimate(p, s)
+
+    base = estimate(without, r.system)
+    inf = registry.get("prefix-cache").info
+    margin = _Margin(inf, counted, r.system, "host", (plan, without), (base.ledger, _per_unit(base, without)))
+    for k in (1e-4, 0.01, 1.0, 100.0):
+        full = _per_unit(estimate(plan, _scaled(r.system, "host", k)), plan) - _per_unit(
+            estimate(without, _scaled(r.system, "host", k)), without
+        )
+        assert margin(k) == pytest.approx(full + 1e-6 * _per_unit(base, without), rel=1e-12, abs=1e-15)
+    assert calls == [False] * 4  # the plan without the exchange was never re-priced
+    hbm = _Margin(inf, counted, r.system, "hbm", (plan, without), (base.ledger, _per_unit(base, without)))
+    hbm(0.5)
+    assert calls[-2:] == [False, True]  # HBM reaches every plan: priced at each scale
 
 
 def test_the_break_even_prices_with_the_kernels_the_diagnosis_used():
