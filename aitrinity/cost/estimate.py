@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result
+from aitrinity.cost.ledger import Ledger, MemoryItem, PhaseLedger, Result, ServingFacts
 from aitrinity.spec.scenario import System
 from aitrinity.units import format_bandwidth, format_bytes, format_flop_rate, format_flops
 
@@ -634,7 +634,6 @@ def price_concurrency(
     times of the operator model's steady state (``ss``, one replica; :mod:`aitrinity.cost.concurrency`) with the
     exchanges' streams (:func:`aitrinity.cost.serving_pricing.concurrency_times`, as the planner prices its rows),
     and throughput, $ and J from it. ``prefill`` is one request's TTFT, ``decode_step`` its TPOT."""
-    from aitrinity.cost.operators import OPERATOR_LABELS
     from aitrinity.cost.serving_pricing import concurrency_rates, concurrency_times
 
     base = priced_resources(ledger, system)
@@ -644,13 +643,39 @@ def price_concurrency(
     # the decode phase is a decode's step, which a one-token output (TPOT 0) never takes
     tpot_op = ss.tpot_s if float(ss.tpot_s) else ss.decode_step.total
     ttft_t, dec_t = concurrency_times(system, one, dec, ss.ttft_s, tpot_op)
-    ttft = float(ss.ttft_s)
-    steps = ss.prefill_steps_s
+    mix_total = float(ss.mixed_step.total)
+    (pre_parts, pre_rows), (dec_parts, dec_rows) = _steady_breakdown(ss, f)
+    pre_ph, dec_ph = (
+        ph.model_copy(update={"resources": retimed(ph.resources, t.compute, t.hbm, t.links)})
+        for ph, t in zip(base.phases, phases, strict=True)
+    )
+    out = [
+        operator_phase(pre_ph, float(ttft_t[0]), mix_total - float(one.floor()[0]), pre_rows, pre_parts),
+        operator_phase(dec_ph, float(dec_t[0]), float(ss.decode_step.total - dec.floor()[0]), dec_rows, dec_parts),
+    ]
+    osl = f.output_tokens
+    tpot = dec_t if osl > 1 else np.zeros(1)  # one output token: no TPOT
+    r = concurrency_rates(system, max(f.batch, 1), f.replicas, osl, ttft_t, tpot)
+    serving = concurrency_metrics(
+        system, float(ttft_t[0]), float(tpot[0]), float(r.latency_s[0]), float(r.tokens_per_s[0])
+    )
+    return base.model_copy(update={"phases": out, "serving": serving, "kernels": kernels, "notes": notes})
+
+
+Breakdown = tuple[dict[str, tuple[str, float]], list[ResourceTime]]
+"""A phase's operator classes (id -> label, seconds) and the latency rows above its roofline."""
+
+
+def _steady_breakdown(ss: SteadyState, f: ServingFacts) -> tuple[Breakdown, Breakdown]:
+    """What the steady state ``ss`` adds to the prefill (one request's TTFT) and to the decode step: their time by
+    operator class, and the rows for the waits and the other requests' prompts that no roofline resource holds."""
+    from aitrinity.cost.operators import OPERATOR_LABELS
+
     mix_total = float(ss.mixed_step.total)
     pre_parts = {"request": ("server work per request (HTTP, tokenization)", float(ss.request_s))}
     for op, t in ss.mixed_step.by_class().items():  # the mixed steps, split by operator class
         share = float(t) / mix_total if mix_total else 0.0
-        pre_parts[op] = (OPERATOR_LABELS[op], float(steps) * share)
+        pre_parts[op] = (OPERATOR_LABELS[op], float(ss.prefill_steps_s) * share)
     pre_parts["wave"] = ("wait behind prompts arriving together", float(ss.wave_wait_s))
     slot_wait = float(ss.slot_wait_s)
     pre_parts["slot"] = ("wait for a KV slot (more clients than the KV cache holds)", slot_wait)
@@ -660,7 +685,7 @@ def price_concurrency(
         id="latency:queueing",
         resource="queueing and scheduling",
         kind="latency",
-        time_s=max(ttft - slot_wait - mix_total, 0.0),
+        time_s=max(float(ss.ttft_s) - slot_wait - mix_total, 0.0),
         detail="server work per request, steps in flight, prompts arriving together (engine profile)",
     )
     slots = ResourceTime(
@@ -678,21 +703,7 @@ def price_concurrency(
         time_s=float(ss.interference_s),
         detail="the amortised share of the prompts that join the running batch",
     )
-    pre_ph, dec_ph = (
-        ph.model_copy(update={"resources": retimed(ph.resources, t.compute, t.hbm, t.links)})
-        for ph, t in zip(base.phases, phases, strict=True)
-    )
-    out = [
-        operator_phase(pre_ph, float(ttft_t[0]), mix_total - float(one.floor()[0]), [queue, slots], pre_parts),
-        operator_phase(dec_ph, float(dec_t[0]), float(ss.decode_step.total - dec.floor()[0]), [chunks], dec_parts),
-    ]
-    osl = f.output_tokens
-    tpot = dec_t if osl > 1 else np.zeros(1)  # one output token: no TPOT
-    r = concurrency_rates(system, max(f.batch, 1), f.replicas, osl, ttft_t, tpot)
-    serving = concurrency_metrics(
-        system, float(ttft_t[0]), float(tpot[0]), float(r.latency_s[0]), float(r.tokens_per_s[0])
-    )
-    return base.model_copy(update={"phases": out, "serving": serving, "kernels": kernels, "notes": notes})
+    return (pre_parts, [queue, slots]), (dec_parts, [chunks])
 
 
 def concurrency_metrics(
