@@ -147,6 +147,35 @@ def given_move(kind: str, words: str, rank: int) -> Move:
 
 
 @dataclass(frozen=True)
+class Dimension:
+    """A technique as a column of the training planner's grid (:func:`aitrinity.plan.search.evaluate`): the values
+    the search tries and how a result spells one. The column is the field of the same name of
+    :class:`aitrinity.cost.training.Rows` (whose effect on the ledger :func:`aitrinity.cost.training.columns` prices)
+    and of :class:`aitrinity.plan.search.PlanChoice`."""
+
+    column: str
+    values: tuple[Any, ...]
+    """The values the search tries unless a :class:`~aitrinity.plan.search.Space` says otherwise."""
+    label: Callable[[Any], str]
+    """How a plan's technique list names a value ("" where it names nothing)."""
+    plain: Any = None
+    """The value that means the technique is not used, for the tie-break toward simpler plans (None: never counted,
+    as a micro-batch size)."""
+    choices: tuple[Any, ...] = ()
+    """Where the column holds an index into these (recomputation, the compressors), not the value itself."""
+    host: bool = False
+    """Tried only where the system has host memory (elsewhere its first value only)."""
+
+    def code(self, value: Any) -> Any:
+        return self.choices.index(value) if self.choices else value
+
+    def decode(self, value: Any) -> Any:
+        """A column's entry (a numpy scalar) as the value a result holds."""
+        v = value.item() if hasattr(value, "item") else value
+        return self.choices[v] if self.choices else v
+
+
+@dataclass(frozen=True)
 class Exchange:
     info: ExchangeInfo
     workloads: tuple[Workload, ...]
@@ -169,6 +198,9 @@ class Exchange:
     move: Move | None = None
     """The technique as a dimension of the chain; None: the chain does not move it (a workload's batch, local SGD
     kept in every state, the edge split)."""
+    dimension: Dimension | None = None
+    """The technique as a column of the training planner's grid (the built-ins whose effect the grid's rows
+    carry); None: not one (a registered technique is searched through its ``options``)."""
 
     def uses(self, plan: Plan) -> bool:
         if self.used is not None:
@@ -269,6 +301,11 @@ def moves(workload: Workload) -> list[tuple[str, Move]]:
     order)."""
     out = [(x.kind, x.move) for x in registered(workload) if x.move is not None]
     return sorted(out, key=lambda km: km[1].rank)
+
+
+def dimensions() -> list[tuple[str, Dimension]]:
+    """The training grid's columns, by kind, in registration order."""
+    return [(x.kind, x.dimension) for x in registered("training") if x.dimension is not None]
 
 
 def used_by(plan: Plan, workload: Workload) -> list[str]:

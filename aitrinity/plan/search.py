@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,9 +27,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import (
-    COMPRESSION,
     REASONS,
-    RECOMPUTE,
     RESOURCES,
     Priced,
     Rows,
@@ -44,13 +43,26 @@ OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "energy")
 
 @dataclass(frozen=True)
 class Space:
-    """The values each searched dimension takes (recomputation, SP and compression: all of them)."""
+    """The values the search tries for some of its dimensions, by technique kind (``Space.of({"zero": (1, 3)})``);
+    every other dimension tries its technique's own (:class:`aitrinity.plan.registry.Dimension`)."""
 
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
-    zero: tuple[int, ...] = (0, 1, 2, 3)
-    virtual_stages: tuple[int, ...] = (1, 2, 4)
-    activation_offload: tuple[float, ...] = (0.0, 0.5, 1.0)
-    """Used only when the system has host memory, as is optimizer offload."""
+    overrides: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @classmethod
+    def of(cls, values: Mapping[str, Sequence[Any]]) -> Space:
+        """A space from ``{kind: values}``; a kind that is not a dimension of the grid is refused."""
+        known = {kind for kind, _ in registry.dimensions()}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"not a dimension of the training search: {', '.join(unknown)} (known: {sorted(known)})")
+        return cls(tuple(sorted((k, tuple(v)) for k, v in values.items())))
+
+    def values(self, kind: str, dim: registry.Dimension, host: bool) -> tuple[Any, ...]:
+        """What the search tries for ``kind``: its override or its own values; a technique that needs host memory,
+        only its plain value where the system has none."""
+        if dim.host and not host:
+            return (dim.plain,)
+        return dict(self.overrides).get(kind, dim.values)
 
 
 DEFAULT_SPACE = Space()
@@ -93,17 +105,8 @@ class PlanChoice(Result):
 
     @property
     def techniques(self) -> str:
-        extras = [f"mb{self.micro_batch}", f"ZeRO-{self.zero}", f"rc:{self.recompute}"]
-        if self.sequence_parallel:
-            extras.append("SP")
-        if self.compression != "none":
-            extras.append(self.compression)
-        if self.optimizer_offload:
-            extras.append("opt-offload")
-        if self.activation_offload:
-            extras.append(f"act-offload {self.activation_offload:g}")
-        extras += [e["kind"] for e in self.added]
-        return " ".join(extras)
+        named = (d.label(getattr(self, d.column)) for _, d in dimensions())
+        return " ".join([*(x for x in named if x), *(e["kind"] for e in self.added)])
 
     @property
     def label(self) -> str:
@@ -112,30 +115,13 @@ class PlanChoice(Result):
     def plan(self, base: Plan) -> Plan:
         """The scenario plan with this choice applied (dtypes, the exchanges the search does not choose, such as
         local SGD, and the rest kept)."""
-        ex: list[Any] = fixed_exchanges(base)
-        searched = {"gradient-compression": self.compression, "optimizer-offload": self.optimizer_offload}
-        searched["activation-offload"] = self.activation_offload
-        plan = base.model_copy(update={"exchanges": ex})
-        for kind, value in searched.items():  # each entry as its technique's move makes it
+        layout = {"tp": self.tp, "pp": self.pp, "dp": None, "ep": self.ep, "cp": self.cp}
+        plan = base.model_copy(update={**layout, "exchanges": fixed_exchanges(base)})
+        for kind, d in dimensions():  # each value as its technique's move sets it
             move = registry.get(kind).move
             assert move is not None
-            plan = move.put(plan, value, base)
-        ex = [*plan.exchanges, *(registry.entry(e) for e in self.added)]
-        return base.model_copy(
-            update={
-                "tp": self.tp,
-                "pp": self.pp,
-                "dp": None,
-                "ep": self.ep,
-                "cp": self.cp,
-                "micro_batch": self.micro_batch,
-                "zero": self.zero,
-                "recompute": self.recompute,
-                "sequence_parallel": self.sequence_parallel,
-                "exchanges": ex,
-                "virtual_stages": self.virtual_stages,
-            }
-        )
+            plan = move.put(plan, getattr(self, d.column), base)
+        return plan.model_copy(update={"exchanges": [*plan.exchanges, *(registry.entry(e) for e in self.added)]})
 
 
 class ReasonCount(Result):
@@ -208,22 +194,20 @@ def expert_degrees(m: ModelSpec, dp: int, ep: int) -> list[int]:
     return [e for e in range(1, dp + 1) if dp % e == 0 and m.moe.num_experts % e == 0]
 
 
+def dimensions() -> list[tuple[str, registry.Dimension]]:
+    """The grid's dimensions (:func:`aitrinity.plan.registry.dimensions`) in the order of the rows' columns: every
+    column of :class:`aitrinity.cost.training.Rows` is one technique's."""
+    columns = list(Rows.__dataclass_fields__)
+    dims = sorted(registry.dimensions(), key=lambda kd: columns.index(kd[1].column))
+    assert [d.column for _, d in dims] == columns, "each column of the training rows is one technique's dimension"
+    return dims
+
+
 @functools.cache
 def _rows(host: bool, space: Space) -> Rows:
     """The grid of non-layout choices (the same for every layout and system; cached, never mutated)."""
-    grid = list(
-        itertools.product(
-            space.micro_batches,
-            space.zero,
-            range(3),
-            (False, True),
-            range(len(COMPRESSION)),
-            (False, True) if host else (False,),
-            space.virtual_stages,
-            space.activation_offload if host else (0.0,),
-        )
-    )
-    return Rows.from_grid(grid)
+    axes = [tuple(d.code(v) for v in space.values(kind, d, host)) for kind, d in dimensions()]
+    return Rows.from_grid(list(itertools.product(*axes)))
 
 
 @dataclass(frozen=True)
@@ -319,14 +303,7 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
         ep=int(t.ep[i]),
         cp=int(t.cp[i]),
         dp=system.num_devices // int(t.tp[i] * t.pp[i] * t.cp[i]),
-        micro_batch=int(r.micro_batch[i]),
-        zero=int(r.zero[i]),
-        recompute=RECOMPUTE[int(r.recompute[i])],
-        sequence_parallel=bool(r.sequence_parallel[i]),
-        compression=COMPRESSION[int(r.compression[i])],
-        optimizer_offload=bool(r.optimizer_offload[i]),
-        virtual_stages=int(r.virtual_stages[i]),
-        activation_offload=float(r.activation_offload[i]),
+        **{d.column: d.decode(getattr(r, d.column)[i]) for _, d in dimensions()},
         step_time_s=step,
         tokens_per_s=tokens / step,
         hbm_bytes=float(p.hbm_bytes[i]),
@@ -340,15 +317,10 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
 
 def complexity(rows: Rows) -> np.ndarray:
     """How many techniques a plan uses: the tie-break in favour of the simpler plan."""
-    out: np.ndarray = (
-        (rows.zero > 0).astype(np.int64)
-        + (rows.recompute > 0)
-        + rows.sequence_parallel
-        + (rows.compression > 0)
-        + rows.optimizer_offload
-        + (rows.activation_offload > 0)
-        + (rows.virtual_stages > 1)
-    )
+    out = np.zeros(len(rows), dtype=np.int64)
+    for _, d in dimensions():
+        if d.plain is not None:
+            out += getattr(rows, d.column) != d.code(d.plain)
     return out
 
 

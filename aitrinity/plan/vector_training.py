@@ -24,6 +24,7 @@ from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
 from aitrinity.cost.training import Columns, columns, layout_constants
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.cost.training_pricing import TrainingRows, price_columns
+from aitrinity.plan import registry
 from aitrinity.plan.rows import first_failed
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.model import ModelSpec
@@ -78,13 +79,12 @@ RESOURCES = (
 )
 
 
-SEARCHED = ("gradient-compression", "optimizer-offload", "activation-offload")
-"""The exchanges the training search chooses; the scenario's others (local SGD) apply to every candidate."""
-
-
 def fixed_exchanges(base: Plan) -> list[Any]:
-    """The scenario's exchanges the search keeps as they are."""
-    return [x for x in base.exchanges if x.kind not in SEARCHED]
+    """The scenario's exchanges the search keeps as they are (local SGD, registered techniques): all but the
+    ``plan.exchanges`` entries of the grid's dimensions (:func:`aitrinity.plan.registry.dimensions`), which the
+    search chooses."""
+    searched = {kind for kind, _ in registry.dimensions() if registry.get(kind).spec is not None}
+    return [x for x in base.exchanges if x.kind not in searched]
 
 
 def _plan_for(base: Plan, tp: int, pp: int, rec: str, sp: bool, comp: str) -> Plan:

@@ -60,9 +60,7 @@ _PLANNER: dict[str, tuple[Objective, ServingObjective]] = {
     "tokens_per_dollar": ("cost", "cost"),
     "tokens_per_joule": ("energy", "energy"),
 }
-WHATIF_SPACE = Space(
-    micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3), virtual_stages=(1, 2), activation_offload=(0.0, 1.0)
-)
+WHATIF_SPACE = Space.of({"micro-batch": (1, 2, 4, 8), "virtual-stages": (1, 2), "activation-offload": (0.0, 1.0)})
 """The training space the what-if re-plans over: the planner's default less its rarest corners
 (micro-batch 16, 4 virtual stages, half offload), a third of the candidates, since every design x
 workload x resource is a full re-plan."""
@@ -165,15 +163,6 @@ def resources(system: System) -> list[str]:
     return out
 
 
-def _training_plan(c: PlanChoice) -> str:
-    parts = [f"{c.layout} mb{c.micro_batch} ZeRO-{c.zero}", f"rc:{c.recompute}"]
-    parts += ["SP"] if c.sequence_parallel else []
-    parts += [c.compression] if c.compression != "none" else []
-    parts += ["opt-offload"] if c.optimizer_offload else []
-    parts += [f"act-offload {c.activation_offload:g}"] if c.activation_offload else []
-    return " ".join(parts)
-
-
 def _best(objective: HardwareObjective, c: PlanChoice | ServingChoice | None, plan: str, tech: list[str]) -> Best:
     if c is None:
         return Best(
@@ -222,7 +211,7 @@ def best(case: Case, system: System, objective: HardwareObjective) -> Best:
         c = search_training(case.model, w.training, base, system, train_obj, 1, WHATIF_SPACE, pareto=False).best
         if c is None:
             return _best(objective, None, "", [])
-        return _best(objective, c, _training_plan(c), registry.used_by(c.plan(base), "training"))
+        return _best(objective, c, c.label, registry.used_by(c.plan(base), "training"))
     assert w.serving is not None
     s = search_serving(
         case.model, w.serving, base, system, serve_obj, 1, case.ttft_slo_s, case.tpot_slo_s, pareto=False

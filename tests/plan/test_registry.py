@@ -280,7 +280,9 @@ def test_a_training_technique_registered_from_a_test_is_priced_searched_explaine
     from aitrinity.plan.report import PlanReport
     from aitrinity.plan.search import Space, search_training
 
-    SMALL_SPACE = Space(micro_batches=(1, 2), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,))
+    SMALL_SPACE = Space.of(
+        {"micro-batch": (1, 2), "zero": (0, 1), "virtual-stages": (1,), "activation-offload": (0.0,)}
+    )
 
     r = api.resolve(validate(Scenario, TRAIN))
     m, job, base, system = r.model, r.scenario.workload.training, r.scenario.plan, r.system
@@ -322,7 +324,7 @@ def test_a_statistical_cost_is_paid_in_the_ranking():
     steps, and none of it when it needs five times the steps."""
     from aitrinity.plan.search import Space, search_training
 
-    space = Space(micro_batches=(1, 2), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,))
+    space = Space.of({"micro-batch": (1, 2), "zero": (0, 1), "virtual-stages": (1,), "activation-offload": (0.0,)})
     r = api.resolve(validate(Scenario, TRAIN))
     in_top = {}
     for steps in (1.0, 5.0):

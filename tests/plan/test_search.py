@@ -15,7 +15,7 @@ from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
 
-SMALL = Space(micro_batches=(1, 2), zero=(0, 1, 3), virtual_stages=(1, 2), activation_offload=(0.0, 1.0))
+SMALL = Space.of({"micro-batch": (1, 2), "zero": (0, 1, 3), "virtual-stages": (1, 2), "activation-offload": (0.0, 1.0)})
 
 
 def _brute(m, job, base, system, space, objective):
@@ -65,13 +65,18 @@ def _brute(m, job, base, system, space, objective):
 CASES = {
     "dense": ("llama-3.1-8b", 4, TrainingJob(seq_len=4096, global_batch=32), SMALL),
     # a MoE model: the expert-parallel degree is searched too (1, 2, 4, 8 where dp allows)
-    "moe": ("mixtral-8x7b", 8, TrainingJob(seq_len=2048, global_batch=16), Space(micro_batches=(1,), zero=(1, 3))),
+    "moe": (
+        "mixtral-8x7b",
+        8,
+        TrainingJob(seq_len=2048, global_batch=16),
+        Space.of({"micro-batch": (1,), "zero": (1, 3)}),
+    ),
     # a long sequence: context parallelism is searched too (cp 1, 2, 4: each rank keeps >= 8,192 tokens)
     "long": (
         "llama-3.1-8b",
         16,
         TrainingJob(seq_len=32768, global_batch=8),
-        Space(micro_batches=(1,), zero=(0, 1), virtual_stages=(1,), activation_offload=(0.0,)),
+        Space.of({"micro-batch": (1,), "zero": (0, 1), "virtual-stages": (1,), "activation-offload": (0.0,)}),
     ),
 }
 
@@ -215,7 +220,7 @@ def test_uneven_pipelines_are_searched_and_interleaving_needs_a_pipeline():
     m = catalog.model("llama-3.1-8b")  # 32 layers: pp 3 holds 10, 11, 11... (cost.training.stage_bounds)
     job = TrainingJob(seq_len=2048, global_batch=48)
     system = make_system(n=24)
-    space = Space(micro_batches=(1,), zero=(1,), virtual_stages=(1, 2), activation_offload=(0.0,))
+    space = Space.of({"micro-batch": (1,), "zero": (1,), "virtual-stages": (1, 2), "activation-offload": (0.0,)})
     res = search_training(m, job, Plan(), system, space=space, top=500, pareto=False)
     assert all(c.virtual_stages == 1 for c in res.top if c.pp == 1)
     reasons = {r.reason: r.count for r in res.infeasible}
@@ -232,7 +237,7 @@ def test_context_parallelism_is_searched_where_a_long_sequence_needs_it():
     m = catalog.model("llama-3.1-8b")
     job = TrainingJob(seq_len=131072, global_batch=8)
     system = make_system(n=64)
-    space = Space(micro_batches=(1,), zero=(1,), virtual_stages=(1,), activation_offload=(0.0,))
+    space = Space.of({"micro-batch": (1,), "zero": (1,), "virtual-stages": (1,), "activation-offload": (0.0,)})
     t = evaluate(m, job, Plan(), system, space)
     fits = t.priced.feasible & (t.rows.recompute == 0)
     assert fits.any() and not (fits & (t.cp == 1)).any()
@@ -253,3 +258,34 @@ def test_short_sequences_search_no_context_parallelism():
     assert context_degrees(m, TrainingJob(seq_len=131072, global_batch=8), Plan(), 64, 8) == [1, 2, 4, 8, 16]
     ulysses = Plan(cp_method="ulysses")  # 32 heads / tp 8 = 4 per rank: cp up to 4
     assert context_degrees(m, TrainingJob(seq_len=131072, global_batch=8), ulysses, 64, 8) == [1, 2, 4]
+
+
+def test_each_technique_module_declares_its_column_of_the_grid():
+    """The grid's dimensions come from the technique modules (no column the search names itself): every column of
+    the rows is one registered technique's, a space overrides any of them by kind -- a categorical one too, spelled
+    as results spell it -- and refuses a kind that is none of them; each choice is spelled by its modules' labels."""
+    from aitrinity.cost.training import Rows
+    from aitrinity.plan import registry
+    from aitrinity.plan.search import dimensions
+
+    kinds = {kind for kind, _ in dimensions()}
+    assert [d.column for _, d in dimensions()] == list(Rows.__dataclass_fields__)
+    assert kinds == {k for k, _ in registry.dimensions()} >= {"zero", "recompute", "gradient-compression"}
+    with pytest.raises(ValueError, match="not a dimension of the training search: warp-drive"):
+        Space.of({"warp-drive": (1,)})
+
+    m = catalog.model("llama-3.1-8b")
+    job = TrainingJob(seq_len=2048, global_batch=64)
+    only = Space.of({"recompute": ("full",), "gradient-compression": ("none", "int8"), "micro-batch": (2,)})
+    t = evaluate(m, job, Plan(), make_system(n=16, host_memory="host-dram"), only)
+    assert set(t.rows.recompute.tolist()) == {RECOMPUTE.index("full")}
+    assert set(t.rows.compression.tolist()) == {0, 1} and set(t.rows.micro_batch.tolist()) == {2}
+    assert set(t.rows.optimizer_offload.tolist()) == {False, True}  # host memory: its own values
+    t = evaluate(m, job, Plan(), make_system(n=16), only)
+    assert set(t.rows.optimizer_offload.tolist()) == {False} and set(t.rows.activation_offload.tolist()) == {0.0}
+
+    res = search_training(m, job, Plan(), make_system(n=16, host_memory="host-dram"), space=only, top=200, pareto=False)
+    c = next(c for c in res.top if c.compression == "int8" and c.zero == 1)
+    assert c.techniques.split() == ["mb2", "ZeRO-1", "rc:full", *(["SP"] if c.sequence_parallel else []), "int8"] + (
+        ["opt-offload"] if c.optimizer_offload else []
+    ) + ([f"act-offload {c.activation_offload:g}"] if c.activation_offload else [])

@@ -15,7 +15,9 @@ from aitrinity.spec.scenario import Plan, ServingJob, TrainingJob
 from tests.conftest import make_system
 
 MODELS = ["llama-3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "opt-13b"]
-SMALL = Space(micro_batches=(1, 2, 4), zero=(0, 1, 2, 3), virtual_stages=(1, 2), activation_offload=(0.0, 1.0))
+SMALL = Space.of(
+    {"micro-batch": (1, 2, 4), "zero": (0, 1, 2, 3), "virtual-stages": (1, 2), "activation-offload": (0.0, 1.0)}
+)
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

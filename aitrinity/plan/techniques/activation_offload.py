@@ -5,7 +5,7 @@ the system has host memory. No quality cost: the activations come back bit for b
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, entry_move, register
+from aitrinity.plan.registry import Dimension, Exchange, entry_move, register
 from aitrinity.spec.exchanges import ActivationOffload
 
 EXCHANGE = register(
@@ -31,6 +31,9 @@ EXCHANGE = register(
             lambda x: x.fraction,
             lambda v: ActivationOffload(kind="activation-offload", fraction=v),
             0.0,
+        ),
+        dimension=Dimension(
+            "activation_offload", (0.0, 0.5, 1.0), lambda v: f"act-offload {v:g}" if v else "", 0.0, host=True
         ),
     )
 )

@@ -12,8 +12,8 @@ factor the technique can afford.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, entry_move, given_steps_factor, register
-from aitrinity.plan.vector_training import POWERSGD_RANK
+from aitrinity.plan.registry import Dimension, Exchange, entry_move, given_steps_factor, register
+from aitrinity.plan.vector_training import COMPRESSION, POWERSGD_RANK
 from aitrinity.spec.exchanges import GradientCompression
 
 SOURCE = "steps_factor as given (default 1: Lin et al. 2018; Karimireddy et al. 2019; Vogels et al. 2019, Table 3)"
@@ -44,6 +44,9 @@ EXCHANGE = register(
             lambda v: GradientCompression(kind="gradient-compression", method=v, rank=POWERSGD_RANK),
             "none",
             ("none", "int8", "powersgd", "topk", "sign", "fp16", "bf16"),
+        ),
+        dimension=Dimension(
+            "compression", COMPRESSION, lambda v: v if v != "none" else "", plain="none", choices=COMPRESSION
         ),
     )
 )

@@ -6,7 +6,7 @@ has a quality cost.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, field_move, register
+from aitrinity.plan.registry import Dimension, Exchange, field_move, register
 from aitrinity.spec.scenario import Plan
 
 
@@ -108,6 +108,7 @@ MICRO_BATCH = register(
         searched=True,
         used=_size,
         move=field_move("micro_batch", "micro-batch", 7, 1),
+        dimension=Dimension("micro_batch", (1, 2, 4, 8, 16), lambda v: f"mb{v}"),
     )
 )
 VIRTUAL_STAGES = register(
@@ -127,6 +128,7 @@ VIRTUAL_STAGES = register(
         searched=True,
         used=lambda p: p.virtual_stages > 1,
         move=field_move("virtual_stages", "virtual pipeline stages", 8, 1),
+        dimension=Dimension("virtual_stages", (1, 2, 4), lambda _: "", plain=1),  # (the layout names it: v2)
     )
 )
 BATCH = register(

@@ -5,7 +5,7 @@ Searched by the planner when the system has host memory. No quality cost: the up
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, entry_move, register
+from aitrinity.plan.registry import Dimension, Exchange, entry_move, register
 from aitrinity.spec.exchanges import OptimizerOffload
 
 EXCHANGE = register(
@@ -32,5 +32,6 @@ EXCHANGE = register(
             lambda _: OptimizerOffload(kind="optimizer-offload"),
             False,
         ),
+        dimension=Dimension("optimizer_offload", (False, True), lambda v: "opt-offload" if v else "", False, host=True),
     )
 )

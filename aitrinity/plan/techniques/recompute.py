@@ -3,8 +3,9 @@
 A plan field (``plan.recompute``: none, selective, full), searched by the planner. No quality cost.
 """
 
+from aitrinity.cost.training import RECOMPUTE
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, field_move, register
+from aitrinity.plan.registry import Dimension, Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -22,6 +23,7 @@ EXCHANGE = register(
         ("training",),
         searched=True,
         used=lambda p: p.recompute != "none",
-        move=field_move("recompute", "recomputation", 6, "none", ("none", "selective", "full")),
+        move=field_move("recompute", "recomputation", 6, "none", RECOMPUTE),
+        dimension=Dimension("recompute", RECOMPUTE, lambda v: f"rc:{v}", plain="none", choices=RECOMPUTE),
     )
 )

@@ -4,7 +4,7 @@ A plan field (``plan.sequence_parallel``), searched by the planner where ``tp > 
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, field_move, register
+from aitrinity.plan.registry import Dimension, Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -23,5 +23,6 @@ EXCHANGE = register(
         searched=True,
         used=lambda p: p.sequence_parallel,
         move=field_move("sequence_parallel", "sequence parallelism", 5, False),
+        dimension=Dimension("sequence_parallel", (False, True), lambda v: "SP" if v else "", plain=False),
     )
 )

@@ -4,7 +4,7 @@ A plan field, searched by the planner (stages 0-3). No quality cost: the arithme
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, field_move, register
+from aitrinity.plan.registry import Dimension, Exchange, field_move, register
 
 EXCHANGE = register(
     Exchange(
@@ -23,5 +23,6 @@ EXCHANGE = register(
         searched=True,
         used=lambda p: p.zero > 0,
         move=field_move("zero", "ZeRO stage", 0, 0),
+        dimension=Dimension("zero", (0, 1, 2, 3), lambda v: f"ZeRO-{v}", plain=0),
     )
 )
