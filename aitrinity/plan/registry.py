@@ -148,10 +148,11 @@ def given_move(kind: str, words: str, rank: int) -> Move:
 
 @dataclass(frozen=True)
 class Dimension:
-    """A technique as a column of the training planner's grid (:func:`aitrinity.plan.search.evaluate`): the values
-    the search tries and how a result spells one. The column is the field of the same name of
-    :class:`aitrinity.cost.training.Rows` (whose effect on the ledger :func:`aitrinity.cost.training.columns` prices)
-    and of :class:`aitrinity.plan.search.PlanChoice`."""
+    """A technique as a column of a planner's grid: the values the search tries and how a result spells one. The
+    column is a field of the rows the workload's pricer reads -- :class:`aitrinity.cost.training.Rows` (priced by
+    :func:`aitrinity.cost.training.columns`), :class:`aitrinity.cost.serving.ServingRows` -- and, unless ``field``
+    says otherwise, of the search's result (:class:`aitrinity.plan.search.PlanChoice`,
+    :class:`aitrinity.plan.search_serving.ServingChoice`)."""
 
     column: str
     values: tuple[Any, ...]
@@ -164,7 +165,25 @@ class Dimension:
     choices: tuple[Any, ...] = ()
     """Where the column holds an index into these (recomputation, the compressors), not the value itself."""
     host: bool = False
-    """Tried only where the system has host memory (elsewhere its first value only)."""
+    """Tried only where the system has host memory (elsewhere its plain value only)."""
+    field: str = ""
+    """The result's name for it, where not the column's."""
+    given: Callable[[Any], Any] | None = None
+    """The workload's own value (None: it has none), tried with the others: a serving job's batch."""
+
+    @property
+    def result_field(self) -> str:
+        return self.field or self.column
+
+    def tried(self, values: tuple[Any, ...], host: bool, job: Any) -> tuple[Any, ...]:
+        """The values the search tries, coded as the column holds them: ``values`` (its own or a space's) and the
+        job's own, in order; its plain value alone where it needs host memory and the system has none."""
+        if self.host and not host:
+            values = (self.plain,)
+        own = self.given(job) if self.given is not None else None
+        if own is not None and own not in values:
+            values = tuple(sorted((*values, own)))
+        return tuple(self.code(v) for v in values)
 
     def code(self, value: Any) -> Any:
         return self.choices.index(value) if self.choices else value
@@ -173,6 +192,11 @@ class Dimension:
         """A column's entry (a numpy scalar) as the value a result holds."""
         v = value.item() if hasattr(value, "item") else value
         return self.choices[v] if self.choices else v
+
+    def decode_all(self, column: Any) -> list[Any]:
+        """Column entries (an array) as the values results hold."""
+        values: list[Any] = column.tolist()
+        return [self.choices[v] for v in values] if self.choices else values
 
 
 @dataclass(frozen=True)
@@ -199,8 +223,8 @@ class Exchange:
     """The technique as a dimension of the chain; None: the chain does not move it (a workload's batch, local SGD
     kept in every state, the edge split)."""
     dimension: Dimension | None = None
-    """The technique as a column of the training planner's grid (the built-ins whose effect the grid's rows
-    carry); None: not one (a registered technique is searched through its ``options``)."""
+    """The technique as a column of its workload's planner grid (the built-ins whose effect the grid's rows carry);
+    None: not one (a registered technique is searched through its ``options``)."""
 
     def uses(self, plan: Plan) -> bool:
         if self.used is not None:
@@ -303,9 +327,9 @@ def moves(workload: Workload) -> list[tuple[str, Move]]:
     return sorted(out, key=lambda km: km[1].rank)
 
 
-def dimensions() -> list[tuple[str, Dimension]]:
-    """The training grid's columns, by kind, in registration order."""
-    return [(x.kind, x.dimension) for x in registered("training") if x.dimension is not None]
+def dimensions(workload: Workload = "training") -> list[tuple[str, Dimension]]:
+    """The columns of a workload's planner grid, by kind, in registration order."""
+    return [(x.kind, x.dimension) for x in registered(workload) if x.dimension is not None]
 
 
 def used_by(plan: Plan, workload: Workload) -> list[str]:

@@ -57,11 +57,9 @@ class Space:
             raise ValueError(f"not a dimension of the training search: {', '.join(unknown)} (known: {sorted(known)})")
         return cls(tuple(sorted((k, tuple(v)) for k, v in values.items())))
 
-    def values(self, kind: str, dim: registry.Dimension, host: bool) -> tuple[Any, ...]:
-        """What the search tries for ``kind``: its override or its own values; a technique that needs host memory,
-        only its plain value where the system has none."""
-        if dim.host and not host:
-            return (dim.plain,)
+    def values(self, kind: str, dim: registry.Dimension) -> tuple[Any, ...]:
+        """What the search tries for ``kind`` (before :meth:`~aitrinity.plan.registry.Dimension.tried`): its
+        override or its own values."""
         return dict(self.overrides).get(kind, dim.values)
 
 
@@ -206,7 +204,7 @@ def dimensions() -> list[tuple[str, registry.Dimension]]:
 @functools.cache
 def _rows(host: bool, space: Space) -> Rows:
     """The grid of non-layout choices (the same for every layout and system; cached, never mutated)."""
-    axes = [tuple(d.code(v) for v in space.values(kind, d, host)) for kind, d in dimensions()]
+    axes = [d.tried(space.values(kind, d), host, None) for kind, d in dimensions()]
     return Rows.from_grid(list(itertools.product(*axes)))
 
 

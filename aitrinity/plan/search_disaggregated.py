@@ -29,12 +29,12 @@ from aitrinity.cost.operators import Layout, ScaleOut
 from aitrinity.cost.serving import ServingEffects, effects, max_batch, pool_columns, weight_bytes_per_device
 from aitrinity.cost.serving_pricing import concurrency_rates, decoding, phase_times, pool_times
 from aitrinity.cost.speculation import Speculation
+from aitrinity.plan import registry
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System, moves_kv
 
 SplitObjective = Literal["throughput", "latency", "cost", "energy"]
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 REASONS = (
     "feasible",
     "device memory",
@@ -212,6 +212,13 @@ def _grid(x: _Splits, prefill: tuple[int, int], decode: tuple[int, int]) -> tupl
     return pd[fits], b[fits], int(np.count_nonzero(~fits))
 
 
+def batch_values(job: ServingJob) -> tuple[int, ...]:
+    """The decode batches the split search tries: the serving search's batch dimension (its values and the job's)."""
+    batch = registry.get("batch").dimension
+    assert batch is not None
+    return batch.tried(batch.values, True, job)
+
+
 def search_splits(
     m: ModelSpec,
     job: ServingJob,
@@ -229,7 +236,7 @@ def search_splits(
 
         raise SpecError("plan.cp", base.cp, "1 to split into pools (CP is priced for aggregated replicas)")
     qplan, fx = effects(base)
-    batches = np.array(sorted({*BATCHES, job.batch} if isinstance(job.batch, int) else BATCHES), dtype=np.float64)
+    batches = np.array(batch_values(job), dtype=np.float64)
     link = kv_link(base.disaggregation or Disaggregation(prefill_devices=1), system)
     k = kernels or roofline(system.device)
     x = _Splits(

@@ -30,29 +30,26 @@ from aitrinity.plan import registry
 from aitrinity.plan.rows import Ints, frontier, quantize
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
-    KV_DTYPES,
     OVER_BUDGET,
     REASONS,
     RESOURCES,
-    SEARCHED,
-    WEIGHT_DTYPES,
     ServingPriced,
     ServingRows,
     SteadyAnswer,
     SteadyRequest,
     answer_steady,
+    dimensions,
+    fixed_exchanges,
     price_rows_deferred,
     row_plan,
 )
-from aitrinity.spec.exchanges import KVQuantization, PrefixCache, WeightQuantization
+from aitrinity.spec.exchanges import PrefixCache
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, ulysses_serving_refusal
 from aitrinity.units import format_bytes
 
 ServingObjective = Literal["throughput", "latency", "cost", "energy"]
 SERVING_OBJECTIVES: tuple[ServingObjective, ...] = ("throughput", "latency", "cost", "energy")
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-KV_OFFLOAD = (0.0, 0.25, 0.5, 0.75)
 
 
 class ServingChoice(Result):
@@ -93,13 +90,7 @@ class ServingChoice(Result):
 
     @property
     def techniques(self) -> str:
-        extras = [f"batch {self.batch}"]
-        if self.kv_offload:
-            extras.append(f"kv-offload {self.kv_offload:g}")
-        if self.weight_quantization != "none":
-            extras.append(f"w:{self.weight_quantization}")
-        if self.kv_quantization != "none":
-            extras.append(f"kv:{self.kv_quantization}")
+        extras = [x for x in (d.label(getattr(self, d.result_field)) for _, d in dimensions()) if x]
         if self.prefix_capacity_bytes is not None:
             extras.append(f"prefix {format_bytes(self.prefix_capacity_bytes)} (hit {self.prefix_hit_rate:.0%})")
         extras += [e["kind"] for e in self.added]
@@ -114,7 +105,7 @@ class ServingChoice(Result):
             base = with_prefix(base, self.prefix_hit_rate or 0.0, self.prefix_capacity_bytes)
         update = {"ep": self.ep, "cp": self.cp}
         base = registry.with_added(base, [registry.entry(e) for e in self.added]).model_copy(update=update)
-        return row_plan(base, self.tp, self.pp, self.kv_offload, self.weight_quantization, self.kv_quantization)
+        return row_plan(base, self.tp, self.pp, {kind: getattr(self, d.result_field) for kind, d in dimensions()})
 
 
 def with_prefix(base: Plan, hit_rate: float, capacity: float) -> Plan:
@@ -179,41 +170,39 @@ class ServingSearchResult(Result):
 
 
 def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
-    """Per row: the accuracy its quantization dtypes lose, plus what the scenario's own lossy exchanges do."""
-    fixed = registry.quality_of(x for x in base.exchanges if x.kind not in SEARCHED).accuracy_drop
-    wq = registry.get("weight-quantization").quality
-    kq = registry.get("kv-quantization").quality
-    w = [0.0] + [wq(WeightQuantization(kind="weight-quantization", dtype=d)).accuracy_drop for d in WEIGHT_DTYPES[1:]]
-    k = [0.0] + [kq(KVQuantization(kind="kv-quantization", dtype=d)).accuracy_drop for d in KV_DTYPES[1:]]
-    drop: np.ndarray = fixed + np.array(w)[rows.weight_dtype] + np.array(k)[rows.kv_dtype]
+    """Per row: the accuracy its searched exchanges lose (each dimension's values, as their technique's quality
+    cost prices the entry its move makes), plus what the scenario's own lossy exchanges do."""
+    drop: np.ndarray = np.full(len(rows), registry.quality_of(fixed_exchanges(base)).accuracy_drop)
+    for kind, d in dimensions():
+        x = registry.get(kind)
+        if x.move is None or x.spec is None:
+            continue
+        column = getattr(rows, d.column)
+        for code in np.unique(column).tolist():
+            made = x.move.put(Plan(), d.decode(code), Plan()).exchanges
+            drop[column == code] += registry.quality_of(made).accuracy_drop
     return drop
 
 
-def _grid(host: bool, batch: int | str, layouts: list[tuple[int, int, int]], cp: int = 1) -> ServingRows:
-    """Every layout x batch x KV offload x weight dtype x KV dtype, layout by layout; every row at the
-    context-parallel degree ``cp`` (one per call: :func:`search_serving` makes one call per degree)."""
-    return _grid_of(host, batch, tuple(layouts), cp)
+def _grid(host: bool, job: ServingJob, layouts: list[tuple[int, int, int]], cp: int = 1) -> ServingRows:
+    """Every layout x each dimension's values (:func:`aitrinity.plan.vector_serving.dimensions`: batch, KV offload,
+    weight and KV dtype), layout by layout; every row at the context-parallel degree ``cp`` (one per call:
+    :func:`search_serving` makes one call per degree)."""
+    axes = tuple(d.tried(d.values, host, job) for _, d in dimensions())
+    return _grid_of(axes, tuple(layouts), cp)
 
 
 @functools.lru_cache(maxsize=64)
-def _grid_of(host: bool, batch: int | str, layouts: tuple[tuple[int, int, int], ...], cp: int) -> ServingRows:
+def _grid_of(axes: tuple[tuple[Any, ...], ...], layouts: tuple[tuple[int, int, int], ...], cp: int) -> ServingRows:
     """:func:`_grid`, kept: searches of one system ask for the same grid again (its arrays are never written)."""
-    batches = sorted({*BATCHES, batch} if isinstance(batch, int) else set(BATCHES))
-    grid = list(
-        itertools.product(batches, KV_OFFLOAD if host else (0.0,), range(len(WEIGHT_DTYPES)), range(len(KV_DTYPES)))
-    )
-    cols = list(zip(*grid, strict=True))
+    grid = list(itertools.product(*axes))
     lay = np.repeat(np.array(layouts, dtype=np.int64).reshape(-1, 3), len(grid), axis=0)
-    rows = ServingRows(
-        batch=np.tile(np.array(cols[0], dtype=np.int64), len(layouts)),
-        kv_offload=np.tile(np.array(cols[1], dtype=np.float64), len(layouts)),
-        weight_dtype=np.tile(np.array(cols[2], dtype=np.int64), len(layouts)),
-        kv_dtype=np.tile(np.array(cols[3], dtype=np.int64), len(layouts)),
-        tp=lay[:, 0].copy(),
-        pp=lay[:, 1].copy(),
-        ep=lay[:, 2].copy(),
-        cp=np.full(len(lay), cp, dtype=np.int64),
-    )
+    cols: dict[str, Any] = {  # each column's type as its values have it: counts and indices int64, fractions float64
+        d.column: np.tile(np.array(values), len(layouts))
+        for (_, d), values in zip(dimensions(), zip(*grid, strict=True), strict=True)
+    }
+    cols.update(tp=lay[:, 0].copy(), pp=lay[:, 1].copy(), ep=lay[:, 2].copy())
+    rows = ServingRows(**cols, cp=np.full(len(lay), cp, dtype=np.int64))
     for f in ServingRows.__dataclass_fields__:
         getattr(rows, f).flags.writeable = False
     return rows
@@ -287,8 +276,10 @@ def _ranking(t: _Table, objective: ServingObjective, combos: list[list[Any]]) ->
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     rows = t.rows
     cps = rows.cp if rows.cp is not None else np.ones(len(rows), dtype=np.int64)
-    simple = (rows.kv_offload > 0).astype(np.int64) + (rows.weight_dtype > 0) + (rows.kv_dtype > 0)
-    simple += rows.tp * cps * rows.pp + (rows.ep > 1) + (cps > 1)
+    simple = rows.tp * cps * rows.pp + (rows.ep > 1) + (cps > 1)
+    for _, d in dimensions():
+        if d.plain is not None:
+            simple += getattr(rows, d.column) != d.code(d.plain)
     simple += np.array([len(entries) for entries in combos])[t.added]
     return idx, idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
 
@@ -380,7 +371,7 @@ def _prepare(
         variants.append((base, lays, None, None, 0))
     out = _Pending(base, [], [], [], [], [], [])
     for v, (plan, group, capacity, hit, first) in enumerate(variants):
-        rows = _grid(host, job.batch, group, base.cp)
+        rows = _grid(host, job, group, base.cp)
         per = len(rows) // max(len(group), 1)
         for c, entries in enumerate(combos):
             p = registry.with_added(plan, entries)
@@ -434,10 +425,7 @@ def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]])
         "pp": pp,
         "cp": cp,
         "replicas": [system.num_devices // (t * c * q) for t, c, q in zip(tp, cp, pp, strict=True)],
-        "batch": r.batch[at].tolist(),
-        "kv_offload": r.kv_offload[at].tolist(),
-        "weight_quantization": [WEIGHT_DTYPES[j] for j in r.weight_dtype[at].tolist()],
-        "kv_quantization": [KV_DTYPES[j] for j in r.kv_dtype[at].tolist()],
+        **{d.result_field: d.decode_all(getattr(r, d.column)[at]) for _, d in dimensions()},
         "ttft_s": p.ttft_s[at].tolist(),
         "tpot_s": p.tpot_s[at].tolist(),
         "latency_s": p.latency_s[at].tolist(),

@@ -16,8 +16,9 @@ row of small spaces against the one-plan path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,7 +76,29 @@ RESOURCES = (
     "operator launch / collective latency",
     "other requests' prefill in the step",
 )
-SEARCHED = ("kv-offload", "weight-quantization", "kv-quantization")
+LAYOUT_COLUMNS = ("tp", "pp", "ep", "cp")
+"""The rows' columns that are the layout (the search's own); each of the others is one technique's dimension."""
+
+
+def dimensions() -> list[tuple[str, registry.Dimension]]:
+    """The serving grid's dimensions (:func:`aitrinity.plan.registry.dimensions`) in the order of the rows'
+    columns."""
+    columns = [c for c in ServingRows.__dataclass_fields__ if c not in LAYOUT_COLUMNS]
+    dims = sorted(registry.dimensions("serving"), key=lambda kd: columns.index(kd[1].column))
+    assert [d.column for _, d in dims] == columns, "each non-layout column of the serving rows is one technique's"
+    return dims
+
+
+def searched_kinds() -> list[str]:
+    """The exchanges the serving search chooses, in the rows' column order: the ``plan.exchanges`` entries of its
+    grid's dimensions; the scenario's others apply to every candidate."""
+    return [kind for kind, _ in dimensions() if registry.get(kind).spec is not None]
+
+
+def fixed_exchanges(base: Plan) -> list[Any]:
+    """The scenario's exchanges the serving search keeps as they are (a prefix cache, KV compression, streaming)."""
+    searched = searched_kinds()
+    return [x for x in base.exchanges if x.kind not in searched]
 
 
 @dataclass(frozen=True)
@@ -96,16 +119,15 @@ class ServingPriced:
     binding: Ints
 
 
-def row_plan(base: Plan, tp: int, pp: int, f: float, wq: str, kq: str) -> Plan:
-    """The scalar plan of one row: the scenario's plan, its searched exchanges replaced by the row's (each entry as its
-    technique's move makes it)."""
-    plan = base.model_copy(
-        update={"tp": tp, "pp": pp, "dp": None, "exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]}
-    )
-    for kind, value in zip(SEARCHED, (f, wq, kq), strict=True):
+def row_plan(base: Plan, tp: int, pp: int, values: Mapping[str, Any]) -> Plan:
+    """The scalar plan of one row: the scenario's plan, its searched exchanges replaced by the row's ``values`` (by
+    technique kind, as results spell them: ``{"kv-offload": 0.5, "weight-quantization": "fp8"}``; the ones not given:
+    none), each entry as its technique's move makes it."""
+    plan = base.model_copy(update={"tp": tp, "pp": pp, "dp": None, "exchanges": fixed_exchanges(base)})
+    for kind in searched_kinds():
         move = registry.get(kind).move
         assert move is not None
-        plan = move.put(plan, value, base)
+        plan = move.put(plan, values.get(kind, move.naive), base)
     return plan
 
 
@@ -360,7 +382,7 @@ def price_rows_deferred(
     n = len(rows)
     # the scenario's fixed exchanges (prefix cache, KV compression, streaming) as the one-plan ledger sees them; the
     # rows' own quantization and KV offload (to host memory) on top
-    fixed = base.model_copy(update={"exchanges": [x for x in base.exchanges if x.kind not in SEARCHED]})
+    fixed = base.model_copy(update={"exchanges": fixed_exchanges(base)})
     fplan, fx = effects(fixed)
     arrays = ServingArrays(m, fplan, fx, rows)
     B = rows.batch.astype(np.float64)

@@ -8,7 +8,7 @@ import pytest
 from aitrinity import api, silicon
 from aitrinity.cli.main import main
 from aitrinity.errors import SpecError
-from aitrinity.plan.search_disaggregated import BATCHES, pool_layouts, search_splits
+from aitrinity.plan.search_disaggregated import batch_values, pool_layouts, search_splits
 from aitrinity.spec._base import validate
 from aitrinity.spec.scenario import Scenario
 
@@ -55,7 +55,7 @@ def test_the_best_split_is_the_best_of_every_split_diagnosed_one_by_one(small):
         for p in range(tp_p, 4, tp_p):
             if (4 - p) % tp_d:
                 continue
-            for b in BATCHES:
+            for b in batch_values(_scenario().workload.serving):
                 sc = _scenario(batch=b).model_dump(mode="json", exclude_none=True)
                 sc["plan"] = {"tp": tp_d, "disaggregation": {"prefill_devices": p, "prefill_tp": tp_p}}
                 d = api.diagnose(validate(Scenario, sc))
@@ -84,7 +84,7 @@ def test_objectives_and_memory_shape_the_result():
     fast = search_splits(r.model, w, plan, r.system, objective="latency")
     assert fast.best.latency_s <= res.best.latency_s
     assert fast.best.batch <= res.best.batch
-    assert len(BATCHES) and res.evaluated >= res.feasible
+    assert res.evaluated >= res.feasible
 
 
 def test_the_cli_searches_splits_on_request_and_refuses_them_for_training(capsys):

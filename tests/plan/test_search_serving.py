@@ -9,6 +9,13 @@ from aitrinity.spec.scenario import Plan, ServingJob
 from tests.conftest import make_system
 
 
+def _values(kind):
+    """The values the search tries for one of its dimensions (declared by the technique's module)."""
+    from aitrinity.plan import registry
+
+    return registry.get(kind).dimension.values
+
+
 def test_every_returned_serving_plan_is_feasible_under_the_scalar_model():
     m = catalog.model("llama-3.1-70b")
     job = ServingJob(prompt_tokens=8192, output_tokens=512, batch=16)
@@ -29,7 +36,6 @@ def test_every_returned_serving_plan_is_feasible_under_the_scalar_model():
 @pytest.mark.parametrize("budget", [0.01, 0.05])
 def test_serving_search_equals_brute_force(objective, budget):
     from aitrinity.plan import registry
-    from aitrinity.plan import search_serving as ss
     from aitrinity.plan.vector_serving import KV_DTYPES, WEIGHT_DTYPES, row_plan
 
     m = catalog.model("llama-3.1-8b")
@@ -40,13 +46,16 @@ def test_serving_search_equals_brute_force(objective, budget):
     from aitrinity.plan.search import layouts, quantize
 
     for tp, pp in layouts(m, system, 1):
-        for b in sorted({*ss.BATCHES, 4}):
-            for f in ss.KV_OFFLOAD:
+        for b in sorted({*_values("batch"), 4}):
+            for f in _values("kv-offload"):
                 for w in WEIGHT_DTYPES:
                     for k in KV_DTYPES:
                         from aitrinity.errors import SpecError
 
-                        row_job, plan = job.model_copy(update={"batch": b}), row_plan(Plan(), tp, pp, f, w, k)
+                        row_job, plan = (
+                            job.model_copy(update={"batch": b}),
+                            row_plan(Plan(), tp, pp, {"kv-offload": f, "weight-quantization": w, "kv-quantization": k}),
+                        )
                         try:
                             led = serving_ledger("s", m, row_job, plan, system)
                         except SpecError:
@@ -136,7 +145,6 @@ def test_a_concurrency_beyond_what_memory_holds_is_named_as_such():
     """The search proposes only concurrencies whose requests all fit at once; the others, of which one request fits,
     are counted apart from the layouts that do not fit at all -- a scenario asking for one is what diagnose prices
     with the wait for a KV slot."""
-    from aitrinity.plan import search_serving as ss
 
     m = catalog.model("qwen3-32b")
     job = ServingJob(prompt_tokens=4096, output_tokens=512, batch=8)
@@ -144,8 +152,8 @@ def test_a_concurrency_beyond_what_memory_holds_is_named_as_such():
     res = search_serving(m, job, Plan(), system, "throughput")
     reasons = {r.reason: r.count for r in res.infeasible}
     assert reasons["more clients than device memory holds at once"] > 0
-    assert res.best is not None and res.best.batch < max(ss.BATCHES)
-    big = job.model_copy(update={"batch": max(ss.BATCHES)})
+    assert res.best is not None and res.best.batch < max(_values("batch"))
+    big = job.model_copy(update={"batch": max(_values("batch"))})
     led = serving_ledger("s", m, big, Plan(), system)
     assert 0 < led.serving.running < big.batch  # diagnose: runs what fits, the rest wait
 
@@ -218,3 +226,27 @@ def test_kv_compression_with_nothing_to_compress_is_refused_row_by_row_as_diagno
     assert rep.chain is not None and rep.chain.steps[-1].score_after == pytest.approx(
         1.0 / rep.search.best.throughput_tokens_per_s
     )
+
+
+def test_each_serving_technique_module_declares_its_column_of_the_grid():
+    """Batch, KV offload and the two quantizations are columns the technique modules declare: every non-layout column
+    of the serving rows is one, a result is spelled by their labels and turned back into a plan by their moves, and
+    a row's accuracy drop is what its technique's quality cost says of the entry."""
+    from aitrinity.cost.serving import ServingRows
+    from aitrinity.plan import registry
+    from aitrinity.plan.vector_serving import LAYOUT_COLUMNS, dimensions
+
+    assert [d.column for _, d in dimensions()] == [
+        c for c in ServingRows.__dataclass_fields__ if c not in LAYOUT_COLUMNS
+    ]
+    m = catalog.model("llama-3.1-8b")
+    job = ServingJob(prompt_tokens=2048, output_tokens=128, batch=3, max_accuracy_drop=1.0)
+    res = search_serving(m, job, Plan(), make_system(n=2, host_memory="host-dram"), top=2000)
+    assert 3 in {c.batch for c in res.top}  # the job's own batch joins the dimension's values
+    c = next(c for c in res.top if c.weight_quantization == "int8" and c.kv_offload and c.kv_quantization == "fp8")
+    assert c.techniques.split()[:5] == ["batch", str(c.batch), "kv-offload", f"{c.kv_offload:g}", "w:int8"]
+    assert c.techniques.split()[5] == "kv:fp8"
+    plan = c.plan(Plan())
+    assert {x.kind for x in plan.exchanges} == {"kv-offload", "weight-quantization", "kv-quantization"}
+    assert c.accuracy_drop == pytest.approx(registry.quality_of(plan.exchanges).accuracy_drop)
+    assert c.accuracy_drop == pytest.approx(0.02)  # int8 weights (Kurtic et al. 2025); fp8 KV loses nothing

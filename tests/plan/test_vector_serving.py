@@ -115,7 +115,9 @@ def test_every_row_is_the_one_plan_estimate(case, mode):
     got = price_rows(m, job, base, system, rows)
     checked = 0
     for i, (b, f, wq, kq) in enumerate(grid):
-        plan = row_plan(base, tp, pp, f, WEIGHT_DTYPES[wq], KV_DTYPES[kq])
+        plan = row_plan(
+            base, tp, pp, {"kv-offload": f, "weight-quantization": WEIGHT_DTYPES[wq], "kv-quantization": KV_DTYPES[kq]}
+        )
         try:
             led = serving_ledger("s", m, job.model_copy(update={"batch": b}), plan, system)
         except SpecError:

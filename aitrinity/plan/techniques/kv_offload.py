@@ -5,7 +5,7 @@ when the system has host memory. No quality cost: the KV comes back bit for bit.
 """
 
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, entry_move, register
+from aitrinity.plan.registry import Dimension, Exchange, entry_move, register
 from aitrinity.spec.exchanges import KVOffload
 
 EXCHANGE = register(
@@ -31,6 +31,9 @@ EXCHANGE = register(
             lambda x: x.fraction,
             lambda v: KVOffload(kind="kv-offload", tier="host", fraction=v),
             0.0,
+        ),
+        dimension=Dimension(
+            "kv_offload", (0.0, 0.25, 0.5, 0.75), lambda v: f"kv-offload {v:g}" if v else "", 0.0, host=True
         ),
     )
 )

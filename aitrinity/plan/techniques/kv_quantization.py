@@ -9,8 +9,9 @@ by default on Hopper); int4 0.01 -- 4-bit KV stays within a fraction of a perple
 per-channel key quantization (KVQuant, KIVI), plain per-token 4-bit loses more.
 """
 
+from aitrinity.cost.serving import KV_DTYPES
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, accuracy_table, entry_move, register
+from aitrinity.plan.registry import Dimension, Exchange, accuracy_table, entry_move, register
 from aitrinity.spec.exchanges import KVQuantization
 
 ACCURACY_DROP = {"fp8": 0.0, "int8": 0.0, "int4": 0.01}
@@ -41,7 +42,15 @@ EXCHANGE = register(
             lambda x: x.dtype,
             lambda v: KVQuantization(kind="kv-quantization", dtype=v),
             "none",
-            ("none", "fp8", "int8"),
+            KV_DTYPES,
+        ),
+        dimension=Dimension(
+            "kv_dtype",
+            KV_DTYPES,
+            lambda v: f"kv:{v}" if v != "none" else "",
+            "none",
+            KV_DTYPES,
+            field="kv_quantization",
         ),
     )
 )

@@ -147,5 +147,11 @@ BATCH = register(
         ("serving",),
         searched=True,
         used=_size,
+        dimension=Dimension(
+            "batch",
+            (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            lambda v: f"batch {v}",
+            given=lambda job: job.batch if isinstance(job.batch, int) else None,  # a number, not "max"
+        ),
     )
 )

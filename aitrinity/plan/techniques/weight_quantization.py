@@ -12,8 +12,9 @@ FP8 on DeepSeek-R1 and Llama 3. Smaller models lose more; a user with a measured
 budget rather than the table (``workload.serving.max_accuracy_drop``).
 """
 
+from aitrinity.cost.serving import WEIGHT_DTYPES
 from aitrinity.plan.exchanges import ExchangeInfo
-from aitrinity.plan.registry import Exchange, accuracy_table, entry_move, register
+from aitrinity.plan.registry import Dimension, Exchange, accuracy_table, entry_move, register
 from aitrinity.spec.exchanges import WeightQuantization
 
 ACCURACY_DROP = {"fp8": 0.0, "int8": 0.02, "int4": 0.02, "fp4": 0.01}
@@ -44,7 +45,15 @@ EXCHANGE = register(
             lambda x: x.dtype,
             lambda v: WeightQuantization(kind="weight-quantization", dtype=v),
             "none",
-            ("none", "fp8", "int8", "int4"),
+            WEIGHT_DTYPES,
+        ),
+        dimension=Dimension(
+            "weight_dtype",
+            WEIGHT_DTYPES,
+            lambda v: f"w:{v}" if v != "none" else "",
+            "none",
+            WEIGHT_DTYPES,
+            field="weight_quantization",
         ),
     )
 )
