@@ -32,7 +32,8 @@ Communication per step, per device (payload ``A = b·s·h`` activation bytes):
   recomputation repeats the forward one. ``allgather``: the same bytes, gathered before the attention and in
   series with the kernels (Llama 3, Dubey et al. 2024, §3.3.2), so the operator model times them in the step.
   ``ulysses`` (Jacobs et al. 2023, DeepSpeed-Ulysses §3.1): all-to-alls of Q, K, V before the attention and of
-  its output after, forward and backward, each rank's ``s/cp`` tokens of those widths.
+  its output after, forward and backward, each rank's ``s/cp`` tokens of those widths; a TP rank with fewer KV
+  heads than the CP group sends each repeated up to it (:func:`aitrinity.spec.scenario.ulysses_kv_heads`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from aitrinity.errors import SpecError
 from aitrinity.spec.exchanges import ActivationOffload
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan, check_sequence_split
+from aitrinity.spec.scenario import Plan, System, TrainingJob, check_plan, check_sequence_split, ulysses_kv_heads
 
 F = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -631,6 +632,8 @@ def _cp_streams(
             coll.Stream("CP K/V gradient reduce-scatter (ring)", "reduce-scatter", gathered, layer_passes, yes, cp, t),
         ]
     # Ulysses: Q, K, V in and the output back, forward and backward; each rank's s/cp tokens
+    if not m.mla:  # of its KV heads, or of their copies where the group outnumbers them
+        kv = 2.0 * ulysses_kv_heads(m, t, cp) * m.dim_head
     per_rank = b * (s / cp) * (kv + qo) * act
     return [
         coll.Stream(

@@ -35,7 +35,7 @@ from aitrinity.plan.vector_training import (
     price_rows,
 )
 from aitrinity.spec.model import ModelSpec
-from aitrinity.spec.scenario import Plan, System, TrainingJob
+from aitrinity.spec.scenario import Plan, System, TrainingJob, ulysses_training_refusal
 
 Objective = Literal["time", "cost", "energy"]
 OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "energy")
@@ -168,11 +168,12 @@ without CP. A pruning rule of the search, not a fit; a scenario's own ``plan.cp`
 def context_degrees(m: ModelSpec, job: TrainingJob, base: Plan, ranks: int, tp: int) -> list[int]:
     """The context-parallel degrees the search tries where ``ranks`` = devices / (tp x pp) are left for CP and DP
     to share: 1, each power of two that divides ``ranks``, splits the sequence in ``2·cp`` equal chunks and leaves a
-    rank :data:`CP_MIN_TOKENS` of it (with Ulysses, also divides the heads per TP rank), and the scenario's own."""
+    rank :data:`CP_MIN_TOKENS` of it (with Ulysses, also splits the heads per TP rank:
+    :func:`aitrinity.spec.scenario.ulysses_training_refusal`), and the scenario's own."""
 
     def ok(cp: int) -> bool:
-        heads = m.num_attention_heads // tp
-        return ranks % cp == 0 and job.seq_len % (2 * cp) == 0 and (base.cp_method != "ulysses" or heads % cp == 0)
+        heads_split = base.cp_method != "ulysses" or not ulysses_training_refusal(m, tp, cp)
+        return ranks % cp == 0 and job.seq_len % (2 * cp) == 0 and heads_split
 
     out, cp = [1], 2
     while cp <= ranks and job.seq_len // cp >= CP_MIN_TOKENS:

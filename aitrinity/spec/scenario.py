@@ -402,6 +402,31 @@ def ulysses_serving_refusal(model: ModelSpec, tp: int, cp: int) -> str:
     return ""
 
 
+def ulysses_kv_heads(model: ModelSpec, tp: int, cp: int) -> int:
+    """The K / V heads per TP rank that DeepSpeed-Ulysses moves when training at ``tp x cp``: the rank's own, or, where
+    they are fewer than the CP group, each repeated ``cp / kv`` times before the all-to-all so that every rank receives
+    the KV head its query heads attend (the GQA scheme of Ulysses implementations: verl issue 1226, InternEvo PR 224,
+    prime-rl PR 3042). An MLA model's K and V are per query head in training."""
+    if model.mla is not None:
+        return model.num_attention_heads // tp
+    return max(max(model.kv_heads // tp, 1), cp)
+
+
+def ulysses_training_refusal(model: ModelSpec, tp: int, cp: int) -> str:
+    """Why Ulysses context parallelism cannot train ``model`` at ``tp x cp`` ('' when it can): each TP rank's query
+    heads split over the CP group, and its KV heads either split too or are repeated up to it
+    (:func:`ulysses_kv_heads`), so one of the KV-head count and ``cp`` divides the other."""
+    q = model.num_attention_heads // tp
+    kv = q if model.mla is not None else max(model.kv_heads // tp, 1)
+    if q % cp or (kv % cp and cp % kv):
+        return (
+            f"a divisor of the {q} query heads per TP rank, and a divisor or multiple of its {kv} KV heads, with "
+            "cp_method ulysses (it splits heads over the CP group, repeating KV heads fewer than it); ring has no "
+            "such limit"
+        )
+    return ""
+
+
 def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
     """Context parallelism: Ulysses splits each TP rank's heads over the CP group. Serving runs ring attention
     (pass-KV prefill, Yang et al. 2024) or Ulysses (:func:`ulysses_serving_refusal`), on a dense or an
@@ -423,13 +448,8 @@ def _check_cp(plan: Plan, model: ModelSpec, training: bool) -> None:
         if why:
             raise SpecError("plan.cp", plan.cp, why)
         return
-    if plan.cp_method == "ulysses" and (model.num_attention_heads // plan.tp) % plan.cp:
-        raise SpecError(
-            "plan.cp",
-            plan.cp,
-            f"a divisor of the attention heads per TP rank ({model.num_attention_heads} / tp {plan.tp}) with "
-            "cp_method ulysses (it splits heads over the CP group); ring has no such limit",
-        )
+    if plan.cp_method == "ulysses" and (why := ulysses_training_refusal(model, plan.tp, plan.cp)):
+        raise SpecError("plan.cp", plan.cp, why)
 
 
 def chunks_fit(num_layers: int, pp: Any, virtual_stages: Any) -> Any:

@@ -85,6 +85,36 @@ def test_ulysses_all_to_alls_each_ranks_tokens_of_q_k_v_and_output():
     assert not _traffic(led, "CP K/V")
 
 
+def test_ulysses_repeats_kv_heads_a_cp_group_outnumbers():
+    """Llama-3.1-8B at tp 8 keeps one KV head per TP rank; Ulysses over cp 4 hands each rank the KV head its query
+    heads attend by repeating it 4 times before the all-to-all (the GQA scheme of Ulysses implementations), so the
+    K / V part of the all-to-all is 4 heads wide, not 1; a group of 2 repeats it twice."""
+    m = catalog.model(L8B)
+    for cp in (2, 4):
+        led = _ledger(Plan(tp=8, cp=cp, cp_method="ulysses"), n=8 * cp)
+        mb = led.training.num_microbatches
+        _, qo = cp_widths(m, 8)
+        kv = 2.0 * cp * m.dim_head  # the one KV head of the rank, repeated cp times
+        per_rank = JOB.seq_len / cp * (kv + qo) * 2
+        [a2a] = _traffic(led, "CP Q/K/V/O all-to-all")
+        assert a2a.bytes_per_device == pytest.approx(m.num_layers * mb * 2 * (cp - 1) / cp * per_rank)
+
+
+def test_ulysses_training_needs_the_query_heads_to_split_and_the_kv_heads_to_split_or_repeat():
+    """The query heads of a TP rank split over the CP group; its KV heads split or are repeated up to it, so one of
+    their count and cp divides the other: 40 query / 8 KV heads (Qwen2.5-14B's) take cp 2, 4 and 8 -- and 40 with
+    each KV head repeated 5 times -- but not cp 5 or 10 (8 KV heads cannot be spread over them evenly)."""
+    from aitrinity.spec.scenario import ulysses_training_refusal
+
+    m = catalog.model(L8B).model_copy(update={"num_attention_heads": 40, "num_kv_heads": 8, "hidden_size": 5120})
+    assert [cp for cp in (2, 4, 5, 8, 10, 20, 40) if not ulysses_training_refusal(m, 1, cp)] == [2, 4, 8, 40]
+    assert "8 KV heads" in ulysses_training_refusal(m, 1, 10)
+    assert "query heads" in ulysses_training_refusal(m, 1, 3)
+    with pytest.raises(SpecError, match=r"plan\.cp.*divisor or multiple of its 8 KV heads"):
+        check_plan(Plan(cp=10, cp_method="ulysses"), m, make_system(n=10), training=True)
+    assert check_plan(Plan(cp=8, cp_method="ulysses"), m, make_system(n=8), training=True) == 1
+
+
 def test_attention_and_gemms_of_a_cp_rank():
     """The operator model: a rank's GEMMs run s/cp rows, its attention is 1/cp of the sequence's."""
     m, k = catalog.model(L8B), roofline(catalog.device("h100-sxm"))
@@ -112,7 +142,7 @@ def test_long_context_fits_with_cp_and_not_without():
     [
         (Plan(cp=3), TrainingJob(seq_len=4096, global_batch=8), 12, r"plan\.cp.*2 x cp chunks divide.*4096"),
         (Plan(cp=4), TrainingJob(seq_len=4096, global_batch=8), 6, r"system\.num_devices.*tp x cp x pp = 4"),
-        (Plan(tp=8, cp=8, cp_method="ulysses"), JOB, 64, r"plan\.cp.*heads per TP rank"),
+        (Plan(tp=8, cp=8, cp_method="ulysses"), JOB, 64, r"plan\.cp.*4 query heads per TP rank"),
     ],
 )
 def test_bad_context_parallel_layouts_are_refused_with_the_field(plan, job, n, match):
