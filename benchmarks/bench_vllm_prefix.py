@@ -40,7 +40,7 @@ VOCAB = 2048
 def scaled(requests: list[TraceRequest], max_prompt: int, n: int) -> list[TraceRequest]:
     out = []
     for r in requests:
-        tokens = -(-r.input_length // SCALE)
+        tokens = -(-r.prompt_tokens // SCALE)
         if tokens <= max_prompt and tokens > 0:
             out.append(TraceRequest(r.timestamp_ms, tokens, 1, r.hash_ids))
         if len(out) == n:
@@ -52,7 +52,7 @@ def prompt(r: TraceRequest) -> list[int]:
     ids: list[int] = []
     for h in r.hash_ids:
         ids += [int(x) for x in np.random.default_rng(h).integers(3, VOCAB, BLOCK)]
-    return ids[: r.input_length]
+    return ids[: r.prompt_tokens]
 
 
 def hits(srv: Server) -> tuple[float, float]:

@@ -91,7 +91,7 @@ def replay_tiers(
     hits = prompt = 0
     total_flops = saved = 0.0
     for r in requests:
-        blocks = r.hash_ids[: r.input_length // block_tokens]
+        blocks = r.hash_ids[: r.prompt_tokens // block_tokens]
         for j, b in enumerate(blocks):  # the prompt's leading blocks found in some tier
             level = stack.level_of(b)
             if level is None:
@@ -99,8 +99,8 @@ def replay_tiers(
             hit_blocks[level] += 1
             hits += block_tokens
             saved += flops.block(j)
-        prompt += r.input_length
-        total_flops += flops.prompt(r.input_length)
+        prompt += r.prompt_tokens
+        total_flops += flops.prompt(r.prompt_tokens)
         for j, b in enumerate(blocks):
             stack.store(b, flops.block(j))
     return TieredReplay(
@@ -200,7 +200,7 @@ def _one_lru_tier(
     hits = prompt = evictions = peak = 0
     total = saved = 0.0
     for r in requests:
-        blocks = r.hash_ids[: r.input_length // block_tokens]
+        blocks = r.hash_ids[: r.prompt_tokens // block_tokens]
         n = 0
         for b in blocks:
             if b not in cache:
@@ -208,8 +208,8 @@ def _one_lru_tier(
             n += 1
         saved += flops.leading(n)
         hits += n * block_tokens
-        prompt += r.input_length
-        total += flops.prompt(r.input_length)
+        prompt += r.prompt_tokens
+        total += flops.prompt(r.prompt_tokens)
         if cap != 0:
             evictions += _lru_use(cache, blocks, cap)
             peak = max(peak, len(cache))

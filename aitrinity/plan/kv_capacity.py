@@ -124,7 +124,7 @@ def kv_replay(
     duration = (max(ts) - min(ts)) / 1e3 if ts else 0.0
     flops_per_s = device.peak_flops_for(kv_dtype if kv_dtype in ("bf16", "fp16") else "bf16")
     flops_per_s *= device.efficiency.compute
-    reusing = sum(1 for q in requests if q.input_length >= block_tokens) or 1
+    reusing = sum(1 for q in requests if q.prompt_tokens >= block_tokens) or 1
     mean_hit = max(block_tokens, round(r.hit_tokens / reusing))
     uses = []
     for t, tr in zip(tiers, r.tiers, strict=True):
@@ -200,7 +200,7 @@ def kv_plan(
     top = rate(None)
     if target > top:
         raise SpecError("--target", target, f"at most {top:.3f}, this trace's hit rate with unbounded capacity")
-    distinct = len({b for q in requests for b in q.hash_ids[: q.input_length // block_tokens]})
+    distinct = len({b for q in requests for b in q.hash_ids[: q.prompt_tokens // block_tokens]})
     lo, hi = 0, max(distinct, 1)
     curve = {hi: top}  # room for every distinct block: nothing is ever evicted
     # bisect (geometrically while the range spans decades) to 1% of the capacity or 0.001 of hit rate

@@ -87,7 +87,9 @@ class Table:
             else:
                 g = key[2]
                 if g != 1.0:
-                    reqs = [TraceRequest(r.timestamp_ms / g, r.input_length, r.output_length, r.hash_ids) for r in reqs]
+                    reqs = [
+                        TraceRequest(r.timestamp_ms / g, r.prompt_tokens, r.output_tokens, r.hash_ids) for r in reqs
+                    ]
                 res = simulate_serving(reqs, self.model, replace(self.base, instances=n))
                 self.missed[key] = (res.requests - round(res.goodput_rps * res.makespan_s)) * g
         return self.missed[key]
@@ -101,7 +103,7 @@ def periods(reqs: Sequence[TraceRequest], period_s: float) -> list[list[TraceReq
     out: list[list[TraceRequest]] = [[] for _ in range(int(end // period_s) + 1)]
     for r in reqs:
         k = int(r.timestamp_ms / 1e3 // period_s)
-        out[k].append(TraceRequest(r.timestamp_ms - k * period_s * 1e3, r.input_length, r.output_length, r.hash_ids))
+        out[k].append(TraceRequest(r.timestamp_ms - k * period_s * 1e3, r.prompt_tokens, r.output_tokens, r.hash_ids))
     return out
 
 

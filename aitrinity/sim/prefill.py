@@ -221,8 +221,8 @@ class _Cluster:
 
     def arrive(self, r: TraceRequest) -> None:
         B, t = self.cfg.block_tokens, self.totals
-        blocks = r.hash_ids[: r.input_length // B]
-        now, n = self.sim.now, r.input_length
+        blocks = r.hash_ids[: r.prompt_tokens // B]
+        now, n = self.sim.now, r.prompt_tokens
         est, dur, i, hit, moved = self.route(blocks, n, now)
         if self.cfg.ttft_slo_s is not None and est > self.cfg.ttft_slo_s:
             t.rejected += 1

@@ -420,9 +420,9 @@ class _Engine:
             _Req(
                 k,
                 t.timestamp_ms / 1e3,
-                max(t.input_length, 1),
-                max(t.output_length, 1),
-                max(t.output_length, 1),
+                max(t.prompt_tokens, 1),
+                max(t.output_tokens, 1),
+                max(t.output_tokens, 1),
                 blocks=t.hash_ids,
                 full=cfg.reserve_output,
             )

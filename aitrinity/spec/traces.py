@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TraceRequest:
-    """One request of a Mooncake-format trace: arrival (ms), prompt and output tokens, prefix-chained block
-    ids (equal ids mean reusable KV)."""
+    """One request of a Mooncake-format trace: arrival (ms), prompt and output tokens (the format's ``input_length``
+    and ``output_length``, named as a serving job names them), prefix-chained block ids (equal ids mean reusable
+    KV)."""
 
     timestamp_ms: float
-    input_length: int
-    output_length: int
+    prompt_tokens: int
+    output_tokens: int
     hash_ids: tuple[int, ...]
 
 

@@ -145,7 +145,7 @@ def test_the_least_loaded_router_does_not_look_at_the_caches():
 
 def test_rate_scale_is_the_trace_replayed_faster():
     reqs = traces.load(TRACE)[:300]
-    fast = [TraceRequest(r.timestamp_ms / 4, r.input_length, r.output_length, r.hash_ids) for r in reqs]
+    fast = [TraceRequest(r.timestamp_ms / 4, r.prompt_tokens, r.output_tokens, r.hash_ids) for r in reqs]
     kw = {"capacity_tokens": 400_000, "block_tokens": 512, "flops_per_s": 1e15}
     a = simulate_prefill(reqs, MODEL, cfg(rate_scale=4, **kw))
     b = simulate_prefill(fast, MODEL, cfg(**kw))

@@ -62,7 +62,7 @@ def test_conservation(reqs, kv, instances, budget, disaggregated):
     assert r.finished + sum(r.rejected.values()) == r.requests  # nothing lost
     assert all(p <= r.kv_capacity_tokens for p in r.peak_kv_tokens)  # KV never above the limit
     assert all(0 <= u <= 1 + 1e-9 for u in r.utilization)
-    too_big = sum(1 for q in reqs if max(q.input_length, 1) + max(q.output_length, 1) > r.kv_capacity_tokens)
+    too_big = sum(1 for q in reqs if max(q.prompt_tokens, 1) + max(q.output_tokens, 1) > r.kv_capacity_tokens)
     assert sum(r.rejected.values()) == too_big
     assert r == simulate_serving(reqs, M, cfg)
 

@@ -37,7 +37,7 @@ def test_diurnal_shape_thins_the_night():
 def test_sessions_share_their_history_as_a_block_prefix():
     w = Workload(duration_s=300, rate_rps=2.0, followup=0.8, prompt_tokens_median=600)
     reqs = generate(w, seed=4)
-    assert all(len(r.hash_ids) == r.input_length // 512 for r in reqs)
+    assert all(len(r.hash_ids) == r.prompt_tokens // 512 for r in reqs)
     assert replay(reqs, None, 512).token_hit_rate > 0.3  # histories come back
     alone = generate(Workload(duration_s=300, rate_rps=2.0, followup=0.0, prompt_tokens_median=600), seed=4)
     assert replay(alone, None, 512).token_hit_rate == 0.0
