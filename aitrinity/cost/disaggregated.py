@@ -268,14 +268,17 @@ def _settle(
     n_dec = np.minimum(c / rd, batch)
     dec = decode_at(n_dec)
     x = np.zeros(c.shape)
-    for _ in range(_OUTER):
+    moving = np.ones(c.shape, dtype=bool)  # rows still iterating: a settled row keeps its values, so a row's result
+    for _ in range(_OUTER):  # does not depend on the rows priced beside it (the planner's batch = diagnose's one)
         # the rest of a request's cycle beside the prefill replica: overhead, the KV's trip, decode
-        x = _throughput(clients, fixed_s + steps * dec.total, pre.capacity, pre.latency)
-        n_new = np.minimum(x * rp * steps * dec.total / rd, batch)
-        settled = np.allclose(n_new, n_dec, rtol=1e-6, atol=0.0)
-        n_dec = n_new
+        x_new = _throughput(clients, fixed_s + steps * dec.total, pre.capacity, pre.latency)
+        n_new = np.minimum(x_new * rp * steps * dec.total / rd, batch)
+        settled = np.isclose(n_new, n_dec, rtol=1e-6, atol=0.0)
+        x = np.where(moving, x_new, x)
+        n_dec = np.where(moving, n_new, n_dec)
         dec = decode_at(n_dec)
-        if settled:
+        moving &= ~settled
+        if not moving.any():
             break
     return x, n_dec, dec
 
