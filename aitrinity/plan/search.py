@@ -50,17 +50,39 @@ class Space:
 
     @classmethod
     def of(cls, values: Mapping[str, Sequence[Any]]) -> Space:
-        """A space from ``{kind: values}``; a kind that is not a dimension of the grid is refused."""
-        known = {kind for kind, _ in registry.dimensions()}
-        unknown = sorted(set(values) - known)
+        """A space from ``{kind: values}``. Refused (``ValueError``, with the reason): a kind that is not a
+        dimension of the grid, no values, or a value its technique does not take (checked as a plan with it)."""
+        dims = dict(registry.dimensions())
+        unknown = sorted(set(values) - set(dims))
         if unknown:
-            raise ValueError(f"not a dimension of the training search: {', '.join(unknown)} (known: {sorted(known)})")
+            raise ValueError(f"not a dimension of the training search: {', '.join(unknown)} (known: {sorted(dims)})")
+        for kind, vs in values.items():
+            if not len(vs):
+                raise ValueError(f"{kind}: no values to try")
+            for v in vs:
+                _check_value(kind, dims[kind], v)
         return cls(tuple(sorted((k, tuple(v)) for k, v in values.items())))
 
     def values(self, kind: str, dim: registry.Dimension) -> tuple[Any, ...]:
         """What the search tries for ``kind`` (before :meth:`~aitrinity.plan.registry.Dimension.tried`): its
         override or its own values."""
         return dict(self.overrides).get(kind, dim.values)
+
+
+def _check_value(kind: str, dim: registry.Dimension, value: Any) -> None:
+    """Refuse a value a technique does not take: not among its choices, or a plan with it that does not validate."""
+    from pydantic import ValidationError
+
+    if dim.choices and value not in dim.choices:
+        raise ValueError(f"{kind}: {value!r} is not one of {list(dim.choices)}")
+    move = registry.get(kind).move
+    assert move is not None, f"{kind}: a dimension of the grid has a move"
+    try:
+        plan = move.put(Plan(), value, Plan())
+        Plan.model_validate(plan.model_dump())
+    except (ValidationError, ValueError, TypeError) as e:
+        reason = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
+        raise ValueError(f"{kind}: {value!r} is not a value it takes ({reason})") from None
 
 
 DEFAULT_SPACE = Space()

@@ -273,6 +273,15 @@ def test_each_technique_module_declares_its_column_of_the_grid():
     assert kinds == {k for k, _ in registry.dimensions()} >= {"zero", "recompute", "gradient-compression"}
     with pytest.raises(ValueError, match="not a dimension of the training search: warp-drive"):
         Space.of({"warp-drive": (1,)})
+    for bad, why in [
+        ({"zero": (1, 7)}, "zero: 7 is not a value it takes"),
+        ({"micro-batch": (0,)}, "greater than 0"),
+        ({"recompute": ("sometimes",)}, "not one of .'none', 'selective', 'full'."),
+        ({"activation-offload": (2.0,)}, "less than or equal to 1"),
+        ({"zero": ()}, "zero: no values to try"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            Space.of(bad)
 
     m = catalog.model("llama-3.1-8b")
     job = TrainingJob(seq_len=2048, global_batch=64)
