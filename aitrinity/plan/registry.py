@@ -4,8 +4,10 @@ An :class:`Exchange` is one technique as ``../shared/DESIGN.md`` defines it: its
 metadata (:class:`~aitrinity.plan.exchanges.ExchangeInfo`), the ``plan.exchanges`` entry that carries its
 parameters and their ranges (``spec``; None for the techniques that are plan fields, such as ZeRO or
 recomputation), the workloads it applies to, its **move** -- how the chain between two plans reads, sets,
-orders and names its value (:class:`Move`; the chain enumerates :func:`moves` and names no technique itself) --
-and its **quality cost**: what it costs besides time and memory (:class:`Quality`). Each built-in technique is
+orders and names its value (:class:`Move`; the chain enumerates :func:`moves` and names no technique itself) --,
+its **dimension** in the planner's grid -- the values the search tries, how a result spells one
+(:class:`Dimension`; the searches enumerate :func:`dimensions`) -- and its **quality cost**: what it costs besides
+time and memory (:class:`Quality`). Each built-in technique is
 one module of :mod:`aitrinity.plan.techniques` that registers itself; :func:`register` adds another.
 
 Quality costs combine over a plan's exchanges as independent losses: accuracy drops add (a first-order
