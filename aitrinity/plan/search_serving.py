@@ -170,18 +170,32 @@ class ServingSearchResult(Result):
 
 
 def _accuracy_drop(base: Plan, rows: ServingRows) -> np.ndarray:
-    """Per row: the accuracy its searched exchanges lose (each dimension's values, as their technique's quality
-    cost prices the entry its move makes), plus what the scenario's own lossy exchanges do."""
+    """Per row: the accuracy its searched exchanges lose (:func:`_lossy`), plus what the scenario's own lossy
+    exchanges do."""
     drop: np.ndarray = np.full(len(rows), registry.quality_of(fixed_exchanges(base)).accuracy_drop)
-    for kind, d in dimensions():
-        x = registry.get(kind)
+    for column, code, loss in _lossy():
+        drop[getattr(rows, column) == code] += loss
+    return drop
+
+
+def _lossy() -> tuple[tuple[str, Any, float], ...]:
+    """(column, coded value, accuracy drop) of every value of the grid's dimensions that loses accuracy: what its
+    technique's quality cost says of the entry its move makes (int8 weights 2%, fp8 nothing, KV offload nothing)."""
+    return _lossy_of(tuple((registry.get(kind), d) for kind, d in dimensions()))
+
+
+@functools.lru_cache(maxsize=8)
+def _lossy_of(dims: tuple[tuple[registry.Exchange, registry.Dimension], ...]) -> tuple[tuple[str, Any, float], ...]:
+    """:func:`_lossy` of these techniques (kept: a search asks once per context-parallel degree)."""
+    out = []
+    for x, d in dims:
         if x.move is None or x.spec is None:
             continue
-        column = getattr(rows, d.column)
-        for code in np.unique(column).tolist():
-            made = x.move.put(Plan(), d.decode(code), Plan()).exchanges
-            drop[column == code] += registry.quality_of(made).accuracy_drop
-    return drop
+        for v in d.values:
+            loss = registry.quality_of(x.move.put(Plan(), v, Plan()).exchanges).accuracy_drop
+            if loss:
+                out.append((d.column, d.code(v), loss))
+    return tuple(out)
 
 
 def _grid(host: bool, job: ServingJob, layouts: list[tuple[int, int, int]], cp: int = 1) -> ServingRows:
