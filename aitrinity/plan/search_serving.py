@@ -256,8 +256,7 @@ def search_serving(
     # the steady states of every layout of every context-parallel degree at once (they share the model's constants)
     requests = [r for p in pending for r, _ in p.deferred if r is not None]
     answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
-    tables = [_complete(p, answers, job, combos) for p in pending]
-    t = tables[0] if len(tables) == 1 else _Table.concat(tables)
+    t = _complete(pending, answers, job, combos)
     priced = t.priced
     idx, order = _ranking(t, objective, combos)
     money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
@@ -311,18 +310,6 @@ class _Table:
     """Index into the combinations of registered techniques' options."""
     drop: np.ndarray
     """Accuracy drop (those above the job's budget are marked infeasible)."""
-
-    @staticmethod
-    def concat(tables: list[_Table]) -> _Table:
-        """The candidates of several searches (one per context-parallel degree), in turn."""
-
-        def cat(objs: list[Any]) -> Any:
-            first = objs[0]
-            if isinstance(first, np.ndarray):
-                return np.concatenate(objs)
-            return type(first)(*(cat([getattr(o, f) for o in objs]) for f in first.__dataclass_fields__))
-
-        return _Table(*(cat([getattr(t, f) for t in tables]) for f in _Table.__dataclass_fields__))
 
 
 def context_degrees(job: ServingJob, base: Plan, devices: int, m: ModelSpec | None = None) -> list[int]:
@@ -400,20 +387,32 @@ def _prepare(
     return out
 
 
-def _complete(p: _Pending, answers: Iterator[SteadyAnswer], job: ServingJob, combos: list[list[Any]]) -> _Table:
-    """A context-parallel degree's candidates finished from their steady states (``answers``, in the order of its
-    requests), in search order, with their accuracy drop (over the job's budget: infeasible)."""
-    parts = [finish(next(answers) if r is not None else None) for r, finish in p.deferred]
-    order = np.argsort(np.concatenate(p.rank), kind="stable") if len(p.deferred) > 1 else slice(None)
+def _complete(
+    pending: list[_Pending], answers: Iterator[SteadyAnswer], job: ServingJob, combos: list[list[Any]]
+) -> _Table:
+    """The candidates of every context-parallel degree finished from their steady states (``answers``, in the order
+    of their requests), in search order -- degree by degree, each in its own order -- with their accuracy drop (over
+    the job's budget: infeasible). One concatenation of each column for all the degrees."""
+    parts, rows, rank, caps, hits, added = [], [], [], [], [], []
+    offset = 0
+    for p in pending:
+        parts += [finish(next(answers) if r is not None else None) for r, finish in p.deferred]
+        rows += p.rows
+        caps += p.capacity
+        hits += p.hit
+        added += p.added
+        rank += [r + offset for r in p.rank]
+        offset += int(max(r.max() for r in p.rank)) + 1 if any(len(r) for r in p.rank) else 0
+    order = np.argsort(np.concatenate(rank), kind="stable") if len(parts) > 1 else slice(None)
     priced = ServingPriced(
         *(np.concatenate([getattr(x, f) for x in parts])[order] for f in ServingPriced.__dataclass_fields__)
     )
     tiled = ServingRows(
-        *(np.concatenate([getattr(r, f) for r in p.rows])[order] for f in ServingRows.__dataclass_fields__)
+        *(np.concatenate([getattr(r, f) for r in rows])[order] for f in ServingRows.__dataclass_fields__)
     )
-    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (p.capacity, p.hit, p.added))
+    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (caps, hits, added))
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
-    drop = _accuracy_drop(p.base, tiled) + combo_drop[added_a]
+    drop = _accuracy_drop(pending[0].base, tiled) + combo_drop[added_a]  # (the degrees' bases differ only in cp)
     over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
     priced = dataclasses.replace(
         priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
