@@ -19,7 +19,17 @@ from aitrinity.cost.kernels import AttentionTables, Grid, Kernels, TableKernels,
 from aitrinity.errors import SpecError
 from aitrinity.spec.hardware import DeviceSpec
 
-__all__ = ["ENGINES", "KernelChoice", "block_scaled", "generic_params", "kernels", "roofline", "table_kernels"]
+__all__ = [
+    "ENGINES",
+    "IMPLAUSIBLE_STREAMING",
+    "KernelChoice",
+    "block_scaled",
+    "generic_params",
+    "implausible_gemm",
+    "kernels",
+    "roofline",
+    "table_kernels",
+]
 
 ENGINES = tuple(ENGINE_PROFILES)
 """Engines a scenario may name: those with a scheduling profile (``generic`` among them)."""
@@ -93,15 +103,53 @@ def _grids(
     return gemm, attention, all_reduce, all_to_all, {key: Grid(*g) for key, g in t.moe.items()}
 
 
+IMPLAUSIBLE_STREAMING = 10.0
+"""A GEMM table whose decode-sized GEMMs (m <= 64, at least 16 MiB of weights) take, in the median, more than this
+many times the time to stream their weights at the device's HBM bandwidth is not read (:func:`implausible_gemm`).
+Every table aiconfigurator-core 0.12 ships for A100, H100, H200, B200, B300, GB200, GB300 and L40S lies between 1.2x and
+5.5x, but vLLM 0.24's block-scaled fp8 tables on Blackwell (DeepGEMM): 29x on B200 and B300, 54-56x on GB200 and
+GB300, about 300 us for any shape up to m = 8192 on a GB200 -- a cost the collector measured per call that no engine
+pays per GEMM (its other engines' block-scaled tables on the same GPUs: 2.4-2.6x)."""
+
+
+def implausible_gemm(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> float | None:
+    """The median ratio of :data:`IMPLAUSIBLE_STREAMING` when it exceeds the threshold, else None (the table reads
+    as measured). ``weight_bytes``: bytes per weight of the table's dtype."""
+    import numpy as np
+
+    m, n, k = np.meshgrid(*grid.axes, indexing="ij")
+    streamed = n * k * weight_bytes
+    sel = (m <= 64) & (streamed >= 16 * 2**20)
+    if not sel.any():
+        return None
+    ratio = float(np.median(grid.values[sel] / (streamed[sel] / bandwidth_Bps)))
+    return ratio if ratio > IMPLAUSIBLE_STREAMING else None
+
+
 def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> TableKernels:
     """The measured kernels of ``dev`` under ``engine``, the catalog roofline for what no table covers
-    (recorded in ``fallbacks``). Raises SpecError when the tables cannot be read."""
+    (recorded in ``fallbacks``); a GEMM table that streams decode weights implausibly slowly is set aside
+    (:func:`implausible_gemm`). Raises SpecError when the tables cannot be read."""
     from aitrinity.catalog import kernel_tables as kt
 
     gemm, attention, all_reduce, all_to_all, moe = _grids(dev.name, engine, version)
     label = kt.read(dev.name, engine, version).choice.label
+    # only block-scaled fp8 has another table to take instead (the per-tensor one); the check is for it
+    set_aside: dict[str, str] = {}
+    block = gemm.get("fp8_block")
+    ratio = implausible_gemm(block, 1.0, dev.memory_bandwidth_Bps) if block is not None and "fp8" in gemm else None
+    if ratio is not None:
+        set_aside["fp8_block"] = f"{label}: decode GEMMs at {ratio:.0f}x the time to stream their weights"
+    kept = {d: g for d, g in gemm.items() if d not in set_aside}
     return TableKernels(
-        gemm, attention, all_reduce, roofline(dev), source=f"table {label}", all_to_all_grids=all_to_all, moe_grids=moe
+        kept,
+        attention,
+        all_reduce,
+        roofline(dev),
+        source=f"table {label}",
+        all_to_all_grids=all_to_all,
+        moe_grids=moe,
+        set_aside=set_aside,
     )
 
 

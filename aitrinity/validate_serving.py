@@ -39,6 +39,7 @@ from aitrinity import catalog, silicon
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
+from aitrinity.cost.kernels import kernel_notes
 from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout, ScaleOut
@@ -320,8 +321,7 @@ def price_rows(
             )
             ttft, tpot = ds.ttft_s, ds.tpot_s
         priced += [_priced_run(r, float(ttft[i]), float(tpot[i])) for i, r in enumerate(rs)]
-        fallbacks: set[str] = getattr(choice.kernels, "fallbacks", set())
-        notes.update(f"{choice.source}: no table for {f}, roofline used" for f in fallbacks)
+        notes.update(f"{choice.source}: {note}" for note in kernel_notes(choice.kernels))
         if progress:
             progress(done, len(groups))
     return priced, sorted(sources), sorted(notes)

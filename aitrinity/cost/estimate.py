@@ -510,7 +510,9 @@ def estimate_concurrency(
         speculation=fx.speculation,
         kv_slots=running if 0 < running < c else None,  # (none fits: the memory check says so)
     )
-    notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
+    from aitrinity.cost.kernels import kernel_notes
+
+    notes = [*notes, *kernel_notes(kernels)]
     if float(ss.slot_wait_s) > 0 and preempts(system.engine) and 2 * job.output_tokens >= job.prompt_tokens:
         notes.append(preemption_note(m.name, system.device.name, system.engine, qplan, c, job))
     return price_concurrency(ledger, system, ss, times, kernels.source, notes)
@@ -777,7 +779,9 @@ def estimate_training(
     sp = price_columns(TrainingRows(m, job.seq_len, plan, system, lay, pc.row, pc.columns), kernels)
     if kernels is None:
         return _roofline_training(ledger, system, sp)
-    notes = [*notes, *(f"no kernel table for {f}: roofline used" for f in sorted(getattr(kernels, "fallbacks", ())))]
+    from aitrinity.cost.kernels import kernel_notes
+
+    notes = [*notes, *kernel_notes(kernels)]
     return price_training(ledger, system, sp, kernels.source, notes)
 
 

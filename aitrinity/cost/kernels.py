@@ -409,6 +409,10 @@ class TableKernels:
     """fp8 weights are block-scaled (128 x 128 scales: DeepSeek-V3's checkpoints; aiconfigurator's ``fp8_block``):
     an fp8 GEMM or MoE takes the block-scaled kernels' tables first. False: per-tensor scales first (the tables'
     ``fp8``), block-scaled where per-tensor was not measured."""
+    set_aside: dict[str, str] = field(default_factory=dict)
+    """GEMM tables not read, by dtype, and why (:func:`aitrinity.silicon.implausible_gemm`); a query for one takes the
+    next table in order (block-scaled fp8: the per-tensor one) and :attr:`substituted` records it."""
+    substituted: set[str] = field(default_factory=set, compare=False)
 
     def moe(self, tokens: ArrayLike, shape: MoEShape, dtype: str) -> Array:
         if np.ndim(shape.tp) or np.ndim(shape.ep):  # many layouts: each (TP, EP) pair is its own table
@@ -433,6 +437,8 @@ class TableKernels:
         grid = self.gemm_grids.get(dtype)
         if dtype == "fp8" and self.fp8_block:
             grid = self.gemm_grids.get("fp8_block", grid)
+            if "fp8_block" in self.set_aside:
+                self.substituted.add("fp8_block")
         if grid is None and dtype == "fp4" and "fp8" in self.gemm_grids:
             # no fp4 tensor cores before Blackwell: engines run fp4 weights through the fp8 path
             grid = self.gemm_grids["fp8"]
@@ -543,6 +549,17 @@ class Dtypes:
 
     names: tuple[str, ...]
     index: NDArray[np.intp]
+
+
+def kernel_notes(k: Kernels | None) -> list[str]:
+    """What the kernel times could not take from the tables: the queries the roofline answered, and the tables set
+    aside for another (one line each, for stderr and ``--json``)."""
+    fallbacks: set[str] = getattr(k, "fallbacks", set())
+    notes = [f"no kernel table for {f}: roofline used" for f in sorted(fallbacks)]
+    set_aside: dict[str, str] = getattr(k, "set_aside", {})
+    substituted: set[str] = getattr(k, "substituted", set())
+    notes += [f"{d} GEMM table set aside ({set_aside[d]}): the per-tensor fp8 table used" for d in sorted(substituted)]
+    return notes
 
 
 def value_bytes(k: Kernels, dtype: str) -> float | Array:

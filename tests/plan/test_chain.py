@@ -15,8 +15,8 @@ def test_builtin_training_chain_crosses_two_pathways():
     assert ch is not None and len(set(ch.pathways)) >= 2
     assert ch.steps[0].relieved == "capacity (hbm)" and ch.steps[0].pathway == "bandwidth->memory"
     link_step = next(s for s in ch.steps if s.pathway == "compute->bandwidth")
-    assert link_step.relieved.startswith("inter-node link") and link_step.score_after <= link_step.score_before
-    assert link_step.binds_after != link_step.relieved  # compression moved the bottleneck off the link
+    assert link_step.relieved.startswith("inter-node link")
+    assert link_step.score_after < 0.9 * link_step.score_before  # compression relieved the link (int8: 2.0x)
     assert ch.steps[-1].fits_after
     # each step starts where the previous one ended
     for a, b in zip(ch.steps, ch.steps[1:], strict=False):
@@ -60,9 +60,10 @@ def test_serving_chain_reuses_prefixes_where_prefill_compute_binds():
     rep = api.plan("llama-70b-serving-long-context")
     ch = rep.chain
     prefix = next(s for s in ch.steps if s.exchange == "prefix-cache")
-    # what it relieves is prefill compute: alone, or as other requests' prefill sharing the decode steps
+    # what it relieves is prefill: its compute, other requests' prefill sharing the decode steps, or the KV slots the
+    # prompts hold while they are prefilled (more clients than slots: a shorter prefill frees a slot sooner)
     assert prefix.pathway == "memory->compute"
-    assert prefix.relieved in ("compute", "other requests' prefill in the step")
+    assert prefix.relieved in ("compute", "other requests' prefill in the step", "KV cache slots")
     assert prefix.score_after < prefix.score_before
     assert len(set(ch.pathways)) >= 2
     best = rep.search.best
