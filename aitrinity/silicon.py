@@ -108,13 +108,15 @@ IMPLAUSIBLE_STREAMING = 10.0
 many times the time to stream their weights at the device's HBM bandwidth is not read (:func:`implausible_gemm`).
 Every table aiconfigurator-core 0.12 ships for A100, H100, H200, B200, B300, GB200, GB300 and L40S lies between 1.2x and
 5.5x, but vLLM 0.24's block-scaled fp8 tables on Blackwell (DeepGEMM): 29x on B200 and B300, 54-56x on GB200 and
-GB300, about 300 us for any shape up to m = 8192 on a GB200 -- a cost the collector measured per call that no engine
-pays per GEMM (its other engines' block-scaled tables on the same GPUs: 2.4-2.6x)."""
+GB300, about 300 us for any shape up to m = 8192 on a GB200 -- a per-call cost that the other engines' block-scaled
+kernels on the same GPUs do not show (2.4-2.6x), and that would make a DeepSeek decode step several times slower
+under vLLM than under them."""
 
 
 def implausible_gemm(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> float | None:
-    """The median ratio of :data:`IMPLAUSIBLE_STREAMING` when it exceeds the threshold, else None (the table reads
-    as measured). ``weight_bytes``: bytes per weight of the table's dtype."""
+    """The median, over the table's decode-sized GEMMs, of their time over the time to stream their weights at
+    ``bandwidth_Bps``, when it exceeds :data:`IMPLAUSIBLE_STREAMING`; else None (the table reads as measured).
+    ``weight_bytes``: bytes per weight of the table's dtype."""
     import numpy as np
 
     m, n, k = np.meshgrid(*grid.axes, indexing="ij")

@@ -336,7 +336,8 @@ def steady_state(
     if speculation is not None:  # a verification step and its drafts, per output token
         dec = speculative_step(m, k, lay, c, ctx, speculation, prof.step_overhead_s)
     if prof.lockstep:
-        steps, tpot = _lockstep(m, k, lay, prof, c, s_in, s_new, cached, s_out, dec.total)
+        # (the prompt length at every row's shape: a wave's context is stacked beside its decodes)
+        steps, tpot = _lockstep(m, k, lay, prof, c, np.broadcast_to(s_in, c.shape), s_new, cached, s_out, dec.total)
         wave = np.zeros(c.shape)
     else:
         steps, tpot, wave = _drifting(prof, c, s_out, dec.total, mix.total, extra, chunk.total, alone)

@@ -62,3 +62,26 @@ def test_training_best_plan_diagnosed_and_chain_end_are_the_search(exchanges):
     est = api.diagnose(s.model_copy(update={"plan": best.plan(s.plan)})).estimate.training
     assert est.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)
     assert rep.chain.steps[-1].score_after == pytest.approx(best.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_a_moe_search_on_an_engines_tables_is_the_diagnosis(engine):
+    """DeepSeek-V3 on 16 B200s under SGLang (lock-step waves) raised an internal error in `trinity plan` (the waves'
+    prompt length was one value beside the rows' per-layout shapes; found by tools/probe.py with engines)."""
+    s = validate(
+        Scenario,
+        {
+            "name": "p",
+            "system": {"device": "b200", "num_devices": 16, "engine": engine},
+            "workload": {"model": "deepseek-v3", "serving": {"prompt_tokens": 4096, "output_tokens": 512, "batch": 64}},
+            "plan": {"exchanges": []},
+        },
+    )
+    best = api.plan(s, top=1, pareto=False).search.best
+    assert best is not None
+    serving = s.workload.serving.model_copy(update={"batch": best.batch})
+    own = s.model_copy(
+        update={"plan": best.plan(s.plan), "workload": s.workload.model_copy(update={"serving": serving})}
+    )
+    est = api.diagnose(own).estimate.serving
+    assert (est.ttft_s, est.tpot_s) == pytest.approx((best.ttft_s, best.tpot_s), rel=1e-9)
