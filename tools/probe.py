@@ -1,7 +1,8 @@
 """Cross-command consistency probe: what ``trinity plan`` reports, ``trinity diagnose`` must confirm.
 
-Each case is a random valid scenario (a seeded generator: catalog models and GPUs, 1-64 devices, serving at a
-fixed concurrency or as a static batch, training, the exchanges a search keeps as given, objectives and SLOs).
+Each case is a random valid scenario (a seeded generator: catalog models and GPUs, 1-64 devices, the catalog's
+kernel parameters or an engine's measured tables, serving at a fixed concurrency or as a static batch, training, the
+exchanges a search keeps as given, objectives and SLOs).
 The planner's result is then checked against the one-plan path and against itself:
 
 * every top row, written back as a scenario of its own (``row.plan(...)``, its batch), is diagnosed to the
@@ -77,6 +78,8 @@ TRAINING_EXCHANGES: list[list[dict[str, Any]]] = [
     [{"kind": "gradient-compression", "method": "int8"}],
 ]
 FAMILIES = ("serving", "training", "split")
+ENGINES = ("generic", "generic", "trtllm", "vllm", "sglang")
+"""Half the scenarios on the catalog's kernel parameters, half on an engine's measured tables ([silicon])."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class Cases:
         system: dict[str, Any] = {"device": self.rng.choice(GPUS), "num_devices": self.rng.choice(sizes)}
         if self.rng.random() < host:
             system["host_memory"] = "host-dram"
+        engine = self.rng.choice(ENGINES)  # the catalog's kernel parameters, or an engine's measured tables
+        if engine != "generic":
+            system["engine"] = engine
         return system
 
     def _serving_job(self) -> dict[str, Any]:
