@@ -222,6 +222,14 @@ def _order_problems(rep: PlanReport, score: Callable[[Any], float | None], rel: 
             yield f"frontier row {c.label} scores {v}, better than the best's {mine}"
 
 
+def _serving_differs(got: Any, planned: tuple[float, float, float], rel: float) -> str | None:
+    """How a diagnosed serving estimate differs from a planned row's (TTFT, TPOT, throughput), or None."""
+    diagnosed = (got.ttft_s, got.tpot_s, got.throughput_tokens_per_s)
+    if all(close(a, b, rel) for a, b in zip(diagnosed, planned, strict=True)):
+        return None
+    return "diagnose TTFT {} TPOT {} throughput {}; plan {} / {} / {}".format(*diagnosed, *planned)
+
+
 def _serving_problems(case: Case, s: Scenario, rep: PlanReport, rel: float) -> Iterator[str]:
     slo = parse_time(case.ttft_slo) if case.ttft_slo else None
     search = rep.search
@@ -230,15 +238,9 @@ def _serving_problems(case: Case, s: Scenario, rep: PlanReport, rel: float) -> I
         e = _diagnosed(s, row.plan(s.plan), row.batch)
         got = e.serving
         assert got is not None
-        if not (
-            close(got.ttft_s, row.ttft_s, rel)
-            and close(got.tpot_s, row.tpot_s, rel)
-            and close(got.throughput_tokens_per_s, row.throughput_tokens_per_s, rel)
-        ):
-            yield (
-                f"row {k} {row.label}: diagnose TTFT {got.ttft_s} TPOT {got.tpot_s} throughput "
-                f"{got.throughput_tokens_per_s}; plan {row.ttft_s} / {row.tpot_s} / {row.throughput_tokens_per_s}"
-            )
+        differs = _serving_differs(got, (row.ttft_s, row.tpot_s, row.throughput_tokens_per_s), rel)
+        if differs:
+            yield f"row {k} {row.label}: {differs}"
         if not e.memory.fits:
             yield f"row {k} {row.label}: diagnose says it does not fit"
         if slo is not None and got.ttft_s > slo * (1 + 1e-9):
@@ -273,15 +275,9 @@ def _split_problems(case: Case, s: Scenario, rep: PlanReport, rel: float) -> Ite
     for k, row in enumerate(rep.splits.top if rep.splits is not None else []):
         got = _diagnosed(s, row.plan(s.plan), row.batch).serving
         assert got is not None
-        if not (
-            close(got.ttft_s, row.ttft_s, rel)
-            and close(got.tpot_s, row.tpot_s, rel)
-            and close(got.throughput_tokens_per_s, row.tokens_per_s, rel)
-        ):
-            yield (
-                f"split {k} {row.label}: diagnose TTFT {got.ttft_s} TPOT {got.tpot_s} throughput "
-                f"{got.throughput_tokens_per_s}; plan {row.ttft_s} / {row.tpot_s} / {row.tokens_per_s}"
-            )
+        differs = _serving_differs(got, (row.ttft_s, row.tpot_s, row.tokens_per_s), rel)
+        if differs:
+            yield f"split {k} {row.label}: {differs}"
 
 
 @dataclass
