@@ -24,6 +24,7 @@ __all__ = [
     "IMPLAUSIBLE_STREAMING",
     "KernelChoice",
     "block_scaled",
+    "decode_streaming_ratio",
     "generic_params",
     "implausible_gemm",
     "kernels",
@@ -107,16 +108,16 @@ IMPLAUSIBLE_STREAMING = 10.0
 """A GEMM table whose decode-sized GEMMs (m <= 64, at least 16 MiB of weights) take, in the median, more than this
 many times the time to stream their weights at the device's HBM bandwidth is not read (:func:`implausible_gemm`).
 Every table aiconfigurator-core 0.12 ships for A100, H100, H200, B200, B300, GB200, GB300 and L40S lies between 1.2x and
-5.5x, but vLLM 0.24's block-scaled fp8 tables on Blackwell (DeepGEMM): 29x on B200 and B300, 54-56x on GB200 and
-GB300, about 300 us for any shape up to m = 8192 on a GB200 -- a per-call cost that the other engines' block-scaled
-kernels on the same GPUs do not show (2.4-2.6x), and that would make a DeepSeek decode step several times slower
-under vLLM than under them."""
+5.5x, but vLLM 0.24's block-scaled fp8 tables on Blackwell (DeepGEMM): 29x on B200 and B300, 53-55x on GB200 and
+GB300 -- a cost that the other engines' block-scaled tables on the same GPUs do not show (2.4-2.6x), and that would
+make a DeepSeek decode step several times slower under vLLM than under them (``tools/kernel_table_audit.py`` prints
+every table's ratio)."""
 
 
-def implausible_gemm(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> float | None:
-    """The median, over the table's decode-sized GEMMs, of their time over the time to stream their weights at
-    ``bandwidth_Bps``, when it exceeds :data:`IMPLAUSIBLE_STREAMING`; else None (the table reads as measured).
-    ``weight_bytes``: bytes per weight of the table's dtype."""
+def decode_streaming_ratio(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> float | None:
+    """The median, over a GEMM table's decode-sized GEMMs (m <= 64, at least 16 MiB of weights), of their time over
+    the time to stream their weights at ``bandwidth_Bps``; None when it has none. ``weight_bytes``: bytes per weight
+    of the table's dtype."""
     import numpy as np
 
     m, n, k = np.meshgrid(*grid.axes, indexing="ij")
@@ -124,8 +125,29 @@ def implausible_gemm(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> f
     sel = (m <= 64) & (streamed >= 16 * 2**20)
     if not sel.any():
         return None
-    ratio = float(np.median(grid.values[sel] / (streamed[sel] / bandwidth_Bps)))
-    return ratio if ratio > IMPLAUSIBLE_STREAMING else None
+    return float(np.median(grid.values[sel] / (streamed[sel] / bandwidth_Bps)))
+
+
+def implausible_gemm(grid: Grid, weight_bytes: float, bandwidth_Bps: float) -> float | None:
+    """:func:`decode_streaming_ratio` when it exceeds :data:`IMPLAUSIBLE_STREAMING`; else None (the table reads as
+    measured)."""
+    ratio = decode_streaming_ratio(grid, weight_bytes, bandwidth_Bps)
+    return ratio if ratio is not None and ratio > IMPLAUSIBLE_STREAMING else None
+
+
+@functools.lru_cache(maxsize=16)
+def _set_aside(device: str, engine: str, version: str | None, bandwidth_Bps: float) -> tuple[tuple[str, str], ...]:
+    """The GEMM tables of one GPU and engine version not read, and why (read once, as the grids are): only
+    block-scaled fp8 has another table to take instead (the per-tensor one), so the check is for it."""
+    from aitrinity.catalog import kernel_tables as kt
+
+    gemm = _grids(device, engine, version)[0]
+    block = gemm.get("fp8_block")
+    ratio = implausible_gemm(block, 1.0, bandwidth_Bps) if block is not None and "fp8" in gemm else None
+    if ratio is None:
+        return ()
+    label = kt.read(device, engine, version).choice.label
+    return (("fp8_block", f"{label}: decode GEMMs at {ratio:.0f}x the time to stream their weights"),)
 
 
 def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> TableKernels:
@@ -136,12 +158,7 @@ def table_kernels(dev: DeviceSpec, engine: str, version: str | None = None) -> T
 
     gemm, attention, all_reduce, all_to_all, moe = _grids(dev.name, engine, version)
     label = kt.read(dev.name, engine, version).choice.label
-    # only block-scaled fp8 has another table to take instead (the per-tensor one); the check is for it
-    set_aside: dict[str, str] = {}
-    block = gemm.get("fp8_block")
-    ratio = implausible_gemm(block, 1.0, dev.memory_bandwidth_Bps) if block is not None and "fp8" in gemm else None
-    if ratio is not None:
-        set_aside["fp8_block"] = f"{label}: decode GEMMs at {ratio:.0f}x the time to stream their weights"
+    set_aside = dict(_set_aside(dev.name, engine, version, dev.memory_bandwidth_Bps))
     kept = {d: g for d, g in gemm.items() if d not in set_aside}
     return TableKernels(
         kept,

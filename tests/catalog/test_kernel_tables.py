@@ -304,7 +304,7 @@ def test_mla_attention_is_read_from_the_engines_mla_tables():
 
 @pytest.mark.parametrize("device", ["b200", "b300", "gb200", "gb300"])
 def test_an_implausibly_slow_block_scaled_table_is_set_aside_for_the_per_tensor_one(device):
-    """vLLM 0.24's block-scaled fp8 GEMM tables on Blackwell take about 180-330 us for any decode GEMM (29-56x the time
+    """vLLM 0.24's block-scaled fp8 GEMM tables on Blackwell take about 180-330 us for any decode GEMM (29-55x the time
     to stream its weights; every other table 1.2-5.5x): DeepSeek-R1 on a GB200 NVL72 under vLLM came out at a TPOT of
     141 ms, against 26 ms under the other engines' tables. Such a table is set aside, the per-tensor fp8 table answers,
     and the estimate says so."""
