@@ -51,12 +51,16 @@ class EdgeInputs:
 
 
 def processor(d: DeviceSpec, dtype: str, busy_W: float | None = None, idle_W: float | None = None) -> Processor:
-    """Achievable rates of a catalog device for a DNN at ``dtype`` (fp32 activations use the fp32 peak)."""
+    """Achievable rates of a catalog device for a DNN at ``dtype`` (fp32 activations use the fp32 peak); the split's
+    energy needs the device's busy power (``busy_W``, else its TDP)."""
+    power = busy_W or d.tdp_W
+    if power is None:
+        raise SpecError.at(d.name, "no published power: an edge split prices energy; give the device a tdp_W")
     return Processor(
         name=d.name,
         flops_per_s=d.peak_flops_for(dtype) * d.efficiency.compute,
         mem_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
-        busy_W=busy_W or d.tdp_W,
+        busy_W=power,
         idle_W=idle_W if idle_W is not None else (d.idle_W or 0.0),
     )
 

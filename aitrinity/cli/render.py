@@ -108,8 +108,9 @@ def metrics(d: Diagnosis) -> str:
             f"{t.tokens_per_s:,.0f} tokens/s",
             f"MFU {t.mfu:.1%}",
             f"HFU {t.hfu:.1%}",
-            f"{format_energy(t.joules_per_token)}/token",
         ]
+        if t.joules_per_token is not None:  # none without a device power, as $ without a price
+            parts.append(f"{format_energy(t.joules_per_token)}/token")
         if t.usd_per_million_tokens is not None:
             parts.append(f"{format_money(t.usd_per_million_tokens)}/M tokens")
         if t.total_time_s is not None:
@@ -132,8 +133,9 @@ def metrics(d: Diagnosis) -> str:
             f"TTFT {format_time(s.ttft_s)}",
             f"TPOT {format_time(s.tpot_s)}",
             f"{s.output_tokens_per_s:,.0f} output tokens/s",
-            f"{format_energy(s.joules_per_output_token)}/token",
         ]
+        if s.joules_per_output_token is not None:
+            parts.append(f"{format_energy(s.joules_per_output_token)}/token")
         if s.usd_per_million_output_tokens is not None:
             parts.append(f"{format_money(s.usd_per_million_output_tokens)}/M output tokens")
     return ", ".join(parts)
@@ -258,8 +260,8 @@ def plan(rep: Any) -> str:
         lines.append(f"no feasible plan{more}")
         return "\n".join(lines)
     lines += _choices("best plans:", s.top)
-    money = "$" if s.objective == "cost" else "J"
-    axes = f"time, memory, bytes moved, {money}" + (", accuracy" if rep.kind == "serving" else "")
+    money = {"usd": ", $", "joules": ", J", None: ""}[s.cost_axis]
+    axes = f"time, memory, bytes moved{money}" + (", accuracy" if rep.kind == "serving" else "")
     lines += _choices(f"Pareto frontier over ({axes}):", s.pareto[:12])
     if len(s.pareto) > 12:
         lines.append(f"  ... {len(s.pareto) - 12} more in --json")

@@ -14,7 +14,7 @@ overlaps, the slowest binds -- Williams et al. 2009), ``sum`` (nothing overlaps)
 
 Derived metrics: MFU and HFU (Chowdhery et al. 2022, PaLM, App. B; Korthikanti
 §5), $ from price per device-hour x devices x time, joules from busy power x
-devices x time (TDP unless the scenario gives a power: an upper bound).
+devices x time (TDP unless the scenario gives a power: an upper bound); None without a price or a power.
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ class TrainingMetrics(Result):
     tokens_per_s: float
     mfu: float
     hfu: float
-    joules_per_step: float
-    joules_per_token: float
+    joules_per_step: float | None
+    """None without a device power (``DeviceSpec.tdp_W``, ``system.power_per_device_W``), as $ without a price."""
+    joules_per_token: float | None
     usd_per_step: float | None
     usd_per_million_tokens: float | None
     total_time_s: float | None
@@ -154,7 +155,8 @@ class ServingMetrics(Result):
     """Generation rate of the whole system: batch x in-flight batches x replicas / TPOT."""
     throughput_tokens_per_s: float
     """End to end, prefill included: output tokens of every batch in flight / request latency (static batching)."""
-    joules_per_output_token: float
+    joules_per_output_token: float | None
+    """None without a device power, as $ without a price."""
     usd_per_million_output_tokens: float | None
     mode: str = "static"
     """``static`` (one batch prefilled, then decoded) or ``concurrency`` (closed-loop steady state)."""
@@ -365,7 +367,7 @@ def training_metrics(ledger: Ledger, system: System, t: float) -> TrainingMetric
     assert ledger.training is not None
     led, n = ledger.phases[0], system.num_devices
     peak = system.device.peak_flops_for(ledger.compute_dtype)
-    power = system.power_W * n
+    power = system.power_W * n if system.power_W is not None else None
     usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
     tokens = ledger.training.tokens_per_step
     total = ledger.training.total_tokens
@@ -375,13 +377,13 @@ def training_metrics(ledger: Ledger, system: System, t: float) -> TrainingMetric
         tokens_per_s=tokens / t,
         mfu=led.flops.model_total / (t * peak * n),
         hfu=led.flops.hardware / (t * peak),
-        joules_per_step=power * t,
-        joules_per_token=power * t / tokens,
+        joules_per_step=power * t if power is not None else None,
+        joules_per_token=power * t / tokens if power is not None else None,
         usd_per_step=usd_rate * t if usd_rate is not None else None,
         usd_per_million_tokens=usd_rate * t / tokens * 1e6 if usd_rate is not None else None,
         total_time_s=steps * t if steps else None,
         total_usd=steps * t * usd_rate if steps and usd_rate is not None else None,
-        total_joules=steps * t * power if steps else None,
+        total_joules=steps * t * power if steps and power is not None else None,
         total_flops_6nd=6.0 * ledger.params_active * total if total else None,
         total_flops_with_attention=steps * led.flops.model_total if steps else None,
     )
@@ -583,14 +585,14 @@ def static_metrics(
     f = ledger.serving
     assert f is not None
     r = static_rates(system, max(f.batch, 1), f.pipeline_batches_in_flight, f.replicas, f.output_tokens, ttft, tpot)
-    usd = float(r.usd_per_million_tokens[0])
+    usd, joules = float(r.usd_per_million_tokens[0]), float(r.joules_per_token[0])
     return ServingMetrics(
         ttft_s=float(ttft[0]),
         tpot_s=float(tpot[0]),
         request_latency_s=float(r.latency_s[0]),
         output_tokens_per_s=float(r.tokens_per_s[0]),
         throughput_tokens_per_s=float(r.throughput_tokens_per_s[0]),
-        joules_per_output_token=float(r.joules_per_token[0]),
+        joules_per_output_token=None if np.isnan(joules) else joules,
         usd_per_million_output_tokens=None if np.isnan(usd) else usd,
     )
 
@@ -713,7 +715,7 @@ def concurrency_metrics(
 ) -> ServingMetrics:
     """A closed loop's metrics: ``rate`` output tokens per second of the whole system, and its J and $ per token
     (every device of the system powered and paid for)."""
-    n = system.num_devices
+    n, power = system.num_devices, system.power_W
     usd_rate = system.price_per_hour_usd * n / 3600.0 if system.price_per_hour_usd is not None else None
     return ServingMetrics(
         ttft_s=ttft,
@@ -721,7 +723,7 @@ def concurrency_metrics(
         request_latency_s=latency,
         output_tokens_per_s=rate,
         throughput_tokens_per_s=rate,
-        joules_per_output_token=system.power_W * n / rate,
+        joules_per_output_token=power * n / rate if power is not None else None,
         usd_per_million_output_tokens=usd_rate / rate * 1e6 if usd_rate is not None else None,
         mode="concurrency",
         pools=pools,

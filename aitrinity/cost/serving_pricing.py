@@ -131,11 +131,19 @@ class ServingRates:
     usd_per_million_tokens: F
     """NaN without a price."""
     joules_per_token: F
+    """NaN without a device power."""
 
 
-def _usd_per_hour(system: System) -> float:
+def usd_per_s(system: System) -> float:
+    """Every device of the system paid for; NaN without a price."""
     price = system.price_per_hour_usd
     return price * system.num_devices / 3600.0 if price is not None else np.nan
+
+
+def watts(system: System) -> float:
+    """Every device of the system busy; NaN without a device power (as $ without a price)."""
+    power = system.power_W
+    return power * system.num_devices if power is not None else np.nan
 
 
 def concurrency_rates(
@@ -146,8 +154,8 @@ def concurrency_rates(
     system powered and paid for."""
     latency: F = ttft + np.asarray(transfer_s, dtype=np.float64) + (n_out - 1) * tpot
     rate: F = np.asarray(clients, dtype=np.float64) * n_out / latency * np.asarray(replicas, dtype=np.float64)
-    usd = _usd_per_hour(system) / rate * 1e6
-    joules = system.power_W * system.num_devices / rate
+    usd = usd_per_s(system) / rate * 1e6
+    joules = watts(system) / rate
     return ServingRates(latency, rate, rate, usd, joules)
 
 
@@ -160,11 +168,11 @@ def static_rates(
     stages, copies = np.asarray(in_flight, dtype=np.float64), np.asarray(replicas, dtype=np.float64)
     latency = ttft + n_out * tpot
     out_tokens: F = b * n_out * stages * copies
-    power = system.power_W * system.num_devices
+    power = watts(system)
     return ServingRates(
         latency,
         b * stages * copies / tpot,
         out_tokens / latency,
-        _usd_per_hour(system) * latency / out_tokens * 1e6,
+        usd_per_s(system) * latency / out_tokens * 1e6,
         power * latency / out_tokens,
     )

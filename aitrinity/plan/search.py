@@ -25,6 +25,7 @@ import numpy as np
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
+from aitrinity.plan.objective import CostAxis, cost_axis, require
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import (
     REASONS,
@@ -107,7 +108,8 @@ class PlanChoice(Result):
     hbm_bytes: float
     link_bytes: float
     usd_per_million_tokens: float | None
-    joules_per_token: float
+    joules_per_token: float | None
+    """None without a device power, as $ without a price."""
     binding: str
     added: list[dict[str, Any]] = []
     """Entries of registered techniques the search added (:func:`aitrinity.plan.registry.searched_extras`)."""
@@ -158,6 +160,8 @@ class SearchResult(Result):
     pareto: list[PlanChoice]
     """Non-dominated over (step time, device memory, bytes moved, $ or J)."""
     infeasible: list[ReasonCount]
+    cost_axis: CostAxis | None = None
+    """The frontier's cost axis (:func:`aitrinity.plan.objective.cost_axis`): $ or J, or none."""
     """How many candidates each constraint removed (the first one they failed)."""
 
 
@@ -317,7 +321,7 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
     r, p = t.rows, t.priced
     tokens = job.global_batch * job.seq_len
     step = float(p.step_time_s[i])
-    usd = float(p.usd_per_step[i])
+    usd, joules = float(p.usd_per_step[i]), float(p.joules_per_step[i])
     return PlanChoice(
         tp=int(t.tp[i]),
         pp=int(t.pp[i]),
@@ -331,7 +335,7 @@ def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
         link_bytes=float(p.link_bytes[i]),
         added=[e.model_dump(mode="json") for e in t.combos[int(t.added[i])]],
         usd_per_million_tokens=None if np.isnan(usd) else usd / tokens * 1e6,
-        joules_per_token=float(p.joules_per_step[i]) / tokens,
+        joules_per_token=None if np.isnan(joules) else joules / tokens,
         binding=RESOURCES[int(p.binding[i])],
     )
 
@@ -365,18 +369,21 @@ def search_training(
 ) -> SearchResult:
     """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts); ``kernels``
     time a GPU's operators (default: the device's catalog roofline)."""
+    require(objective, system)
     t = evaluate(m, job, base, system, space, kernels)
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)
     simple = complexity(t.rows) + (t.cp > 1) + np.array([len(entries) for entries in t.combos])[t.added]
     order = rank(score, t.priced.hbm_bytes, simple, idx)
-    money = t.priced.usd_per_step if objective == "cost" else t.priced.joules_per_step
-    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, money]) if pareto else []
+    axis = cost_axis(objective, system)
+    money = {"usd": [t.priced.usd_per_step], "joules": [t.priced.joules_per_step], None: []}[axis]
+    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, *money]) if pareto else []
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))
     n = len(score)
     return SearchResult(
         objective=objective,
+        cost_axis=axis,
         evaluated=n,
         feasible=len(idx),
         best=_choice(t, int(order[0]), system, job) if len(order) else None,

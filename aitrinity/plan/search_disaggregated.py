@@ -30,6 +30,7 @@ from aitrinity.cost.serving import ServingEffects, effects, max_batch, pool_colu
 from aitrinity.cost.serving_pricing import concurrency_rates, decoding, phase_times, pool_times
 from aitrinity.cost.speculation import Speculation
 from aitrinity.plan import registry
+from aitrinity.plan.objective import require
 from aitrinity.plan.search import ReasonCount
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Disaggregation, Plan, ServingJob, System, moves_kv
@@ -59,7 +60,8 @@ class SplitChoice(Result):
     tpot_s: float
     latency_s: float
     tokens_per_s: float
-    joules_per_token: float
+    joules_per_token: float | None
+    """None without a device power, as $ without a price."""
     usd_per_million_tokens: float | None
     prefill_utilization: float
     binding_pool: str
@@ -231,6 +233,7 @@ def search_splits(
     kernels: Kernels | None = None,
 ) -> SplitSearchResult:
     """Every split of ``system`` into a prefill and a decode pool (module doc), best first by ``objective``."""
+    require(objective, system)
     if base.cp > 1:
         from aitrinity.errors import SpecError
 
@@ -298,12 +301,13 @@ _COLUMNS = (
 
 
 def _choice(t: dict[str, np.ndarray], i: int) -> SplitChoice:
-    usd = float(t["usd_per_million_tokens"][i])
+    usd, joules = float(t["usd_per_million_tokens"][i]), float(t["joules_per_token"][i])
     ints = ("prefill_devices", "prefill_tp", "prefill_ep", "decode_tp", "decode_ep", "decode_replicas", "batch")
-    floats = ("ttft_s", "tpot_s", "latency_s", "tokens_per_s", "joules_per_token", "prefill_utilization")
+    floats = ("ttft_s", "tpot_s", "latency_s", "tokens_per_s", "prefill_utilization")
     return SplitChoice(
         **{f: int(t[f][i]) for f in ints},
         **{f: float(t[f][i]) for f in floats},
         usd_per_million_tokens=None if np.isnan(usd) else usd,
+        joules_per_token=None if np.isnan(joules) else joules,
         binding_pool="prefill" if t["prefill_binds"][i] else "decode",
     )

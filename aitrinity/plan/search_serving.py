@@ -27,6 +27,7 @@ from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
+from aitrinity.plan.objective import CostAxis, cost_axis, require
 from aitrinity.plan.rows import Ints, frontier, quantize
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
@@ -68,7 +69,8 @@ class ServingChoice(Result):
     hbm_bytes: float
     link_bytes: float
     usd_per_million_tokens: float | None
-    joules_per_token: float
+    joules_per_token: float | None
+    """None without a device power, as $ without a price."""
     binding: str
     accuracy_drop: float
     """The share of the exact model's benchmark score its lossy exchanges lose (summed; see each technique)."""
@@ -165,6 +167,8 @@ class ServingSearchResult(Result):
     """Non-dominated over (request latency, device memory, bytes moved, $ or J per token, throughput, accuracy
     drop)."""
     infeasible: list[ReasonCount]
+    cost_axis: CostAxis | None = None
+    """The frontier's cost axis (:func:`aitrinity.plan.objective.cost_axis`): $ or J per token, or none."""
     max_accuracy_drop: float
     """The accuracy budget the search kept to (``workload.serving.max_accuracy_drop``)."""
 
@@ -243,6 +247,7 @@ def search_serving(
     """
     from aitrinity.errors import SpecError
 
+    require(objective, system)
     ctx = job.prompt_tokens + job.output_tokens
     if ctx > m.max_seq_len:
         raise SpecError(
@@ -259,13 +264,15 @@ def search_serving(
     t = _complete(pending, answers, job, combos)
     priced = t.priced
     idx, order = _ranking(t, objective, combos)
-    money = priced.usd_per_million_tokens if objective == "cost" else priced.joules_per_token
-    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, money, -priced.throughput_tokens_per_s, t.drop]
+    axis = cost_axis(objective, system)
+    money = {"usd": [priced.usd_per_million_tokens], "joules": [priced.joules_per_token], None: []}[axis]
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, *money, -priced.throughput_tokens_per_s, t.drop]
     front = frontier(order, columns) if pareto else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
     ranked = _choices(t, order[: max(top, 1)].tolist(), system, combos)
     return ServingSearchResult(
         objective=objective,
+        cost_axis=axis,
         evaluated=len(priced.latency_s),
         feasible=len(idx),
         best=ranked[0] if ranked else None,
@@ -447,7 +454,7 @@ def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]])
         "hbm_bytes": p.hbm_bytes[at].tolist(),
         "link_bytes": p.link_bytes[at].tolist(),
         "usd_per_million_tokens": _or_none(p.usd_per_million_tokens[at]),
-        "joules_per_token": p.joules_per_token[at].tolist(),
+        "joules_per_token": _or_none(p.joules_per_token[at]),
         "accuracy_drop": t.drop[at].tolist(),
         "binding": [RESOURCES[j] for j in p.binding[at].tolist()],
         "prefix_capacity_bytes": _or_none(t.capacity[at]),

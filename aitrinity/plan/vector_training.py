@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from aitrinity.cost.effects import GradSync, grad_sync
 from aitrinity.cost.kernels import Kernels, roofline
+from aitrinity.cost.serving_pricing import usd_per_s, watts
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
 from aitrinity.cost.training import Columns, columns, layout_constants
 from aitrinity.cost.training import Rows as Rows
@@ -167,8 +168,6 @@ def price_rows(
     sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), rows, c), kernels)
     times = sp.resources if kernels is not None else sp.resources[:-1]
     reason = first_failed(_checks(m, system, tp, pp, rows, c), len(rows))  # the first failed constraint wins
-    nodes = system.num_devices
-    price = system.price_per_hour_usd
     zeros = np.zeros(len(rows))
     return Priced(
         feasible=reason == 0,
@@ -179,6 +178,6 @@ def price_rows(
         link_bytes=sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros),
         compute_s=sp.compute_s,
         binding=np.argmax(np.stack(times), axis=0),
-        usd_per_step=sp.step_s * (price * nodes / 3600.0 if price is not None else np.nan),
-        joules_per_step=sp.step_s * system.power_W * nodes,
+        usd_per_step=sp.step_s * usd_per_s(system),
+        joules_per_step=sp.step_s * watts(system),
     )

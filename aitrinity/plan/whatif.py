@@ -39,6 +39,7 @@ from typing import Literal
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
 from aitrinity.plan.exchanges import CATALOG
+from aitrinity.plan.objective import require
 from aitrinity.plan.rows import pareto_indices
 from aitrinity.plan.search import Objective, PlanChoice, Space, search_training
 from aitrinity.plan.search_serving import ServingChoice, ServingObjective, search_serving
@@ -181,7 +182,7 @@ def _best(objective: HardwareObjective, c: PlanChoice | ServingChoice | None, pl
     elif objective == "tokens_per_dollar":
         value = 1e6 / usd if usd else 0.0
     else:
-        value = 1.0 / joules if joules > 0 else 0.0
+        value = 1.0 / joules if joules else 0.0
     return Best(
         value=value,
         plan=plan,
@@ -200,12 +201,7 @@ def _best(objective: HardwareObjective, c: PlanChoice | ServingChoice | None, pl
 def best(case: Case, system: System, objective: HardwareObjective) -> Best:
     """Run the planner on ``case`` with ``system`` and return its best plan (value 0 when none fits)."""
     w, base = case.scenario.workload, case.scenario.plan
-    if objective == "tokens_per_dollar" and system.price_per_hour_usd is None:
-        from aitrinity.errors import SpecError
-
-        raise SpecError(
-            "price", None, f"a device-hour price for {case.design} (catalog, system, or a design edit price=$X/h)"
-        )
+    require(objective, system, case.design)
     train_obj, serve_obj = _PLANNER[objective]
     if w.training is not None:
         c = search_training(case.model, w.training, base, system, train_obj, 1, WHATIF_SPACE, pareto=False).best

@@ -194,6 +194,9 @@ def _time(c: PlanChoice | ServingChoice) -> float:
     return c.tpot_s if isinstance(c, ServingChoice) else c.step_time_s
 
 
+_COST = {"usd": "usd_per_million_tokens", "joules": "joules_per_token"}
+
+
 def pareto_figure(sid: str, rep: PlanReport) -> Figure | None:
     front = rep.search.pareto
     if not front:
@@ -201,24 +204,28 @@ def pareto_figure(sid: str, rep: PlanReport) -> Figure | None:
     serving = rep.kind == "serving"
     pts: list[tuple[float, float]] = []
     rows: list[list[Cell]] = []
-    money = all(c.usd_per_million_tokens is not None for c in front)
+    # $ where every plan has a price, else J (for one system the two are proportional: same devices, same time)
+    axis = next((a for a in ("usd", "joules") if all(getattr(c, _COST[a]) is not None for c in front)), None)
+
+    def cost(c: PlanChoice | ServingChoice) -> float:
+        """$ or J per token, or device memory where the system prices neither."""
+        value: float = getattr(c, _COST[axis]) if axis is not None else c.hbm_bytes
+        return value
+
     for c in front:
         t = _time(c)
-        cost = c.usd_per_million_tokens if money else c.joules_per_token
-        assert cost is not None
-        pts.append((t, cost))
-        rows.append([c.label, t, cost, c.hbm_bytes, c.binding])
+        pts.append((t, cost(c)))
+        rows.append([c.label, t, cost(c), c.hbm_bytes, c.binding])
     best = rep.search.best
     assert best is not None
-    bt = _time(best)
-    bc = best.usd_per_million_tokens if money else best.joules_per_token
+    bt, bc = _time(best), cost(best)
     xl = "time per output token" if serving else "step time"
-    yl = "$ per million tokens" if money else "joules per token"
+    yl = {"usd": "$ per million tokens", "joules": "joules per token", None: "device memory"}[axis]
     x = svg.Axis.fit([p[0] for p in pts], label=xl, fmt=format_time)
     y = svg.Axis.fit([p[1] for p in pts], label=yl)
     series = [
         svg.Series("Pareto frontier (time, memory, bytes, cost)", sorted(pts), line=False),
-        svg.Series("best plan", [(bt, bc or 0.0)], line=False, labels=["best"]),
+        svg.Series("best plan", [(bt, bc)], line=False, labels=["best"]),
     ]
     title = f"Pareto frontier: {len(front)} plans"
     return Figure(
@@ -227,7 +234,8 @@ def pareto_figure(sid: str, rep: PlanReport) -> Figure | None:
         title=title,
         caption="Plans no other plan beats on time, device memory, bytes moved"
         + (", accuracy" if serving else "")
-        + f" and {yl} at once, of {rep.search.feasible:,} feasible ({rep.search.evaluated:,} evaluated)"
+        + (f" and {yl}" if axis is not None else "")
+        + f" at once, of {rep.search.feasible:,} feasible ({rep.search.evaluated:,} evaluated)"
         + (f", within an accuracy drop of {_budget(rep):.0%}." if serving else "."),
         table=Table(columns=["plan", xl + " (s)", yl, "HBM bytes", "binds"], rows=rows),
         svg=svg.xy(f"{sid}-pareto", title, series, x, y),

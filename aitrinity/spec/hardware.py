@@ -126,7 +126,9 @@ class DeviceSpec(Spec):
     memory_kind: str
     memory_capacity_bytes: Bytes
     memory_bandwidth_Bps: Bandwidth
-    tdp_W: Power
+    tdp_W: Power | None = None
+    """Board power while busy (TDP: an upper bound), where published. None: the vendor publishes none (Google's TPUs),
+    so energy is left out -- as $ is without a price -- unless a scenario gives ``system.power_per_device``."""
     price_per_hour_usd: PricePerHour | None = None
     price_source: str | None = None
     efficiency: Efficiency = Efficiency()
@@ -187,7 +189,7 @@ class LinkSpec(Spec):
     """
 
     name: str
-    kind: Literal["nvlink", "infinity-fabric", "pcie", "infiniband", "ethernet", "wan", "wireless"]
+    kind: Literal["nvlink", "infinity-fabric", "ici", "pcie", "infiniband", "ethernet", "wan", "wireless"]
     source: str
     aliases: list[str] = []
     bandwidth_Bps: Bandwidth

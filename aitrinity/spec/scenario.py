@@ -158,9 +158,11 @@ class System(Spec):
         return self.device.price_per_hour_usd
 
     @property
-    def power_W(self) -> float:
-        """Power of one device while busy (override, else TDP: an upper bound)."""
-        return self.power_per_device_W or self.device.tdp_W
+    def power_W(self) -> float | None:
+        """Power of one device while busy (override, else TDP: an upper bound); None where neither is known."""
+        if self.power_per_device_W is not None:
+            return self.power_per_device_W
+        return self.device.tdp_W
 
     @property
     def usable_memory_bytes(self) -> float:

@@ -38,6 +38,8 @@ def test_required_catalog_coverage():
         "l40s",
         "rtx-4090",
         "epyc-9654",
+        "tpu-v5p",
+        "tpu-v6e",
     } <= set(catalog.names("devices"))
     assert {
         "nvlink-3",
@@ -51,6 +53,8 @@ def test_required_catalog_coverage():
         "ethernet-100g",
         "ethernet-200g",
         "ethernet-400g",
+        "ici-v5p",
+        "ici-v6e",
     } <= set(catalog.names("links"))
     assert {"host-dram", "nvme-gen4", "remote-pool"} <= set(catalog.names("tiers"))
     assert {
@@ -282,3 +286,45 @@ def test_an_nvl72_rack_is_one_nvlink_domain_and_keeps_a_64_way_all_to_all_on_it(
     assert system.inter_node_link is not None and system.inter_node_link.name == "infiniband-xdr"
     system, channel = _ep64_training("gb200", devices_per_node=4)
     assert system.devices_per_node == 4 and channel == "inter_node"
+
+
+def test_tpus_carry_googles_published_figures_and_no_power():
+    """TPU v5p / v6e as Google's system-architecture pages give them; Google publishes no per-chip power, so the
+    entries have none and energy is left out (as $ without a price) until a scenario gives one."""
+    v6e, v5p = catalog.device("trillium"), catalog.device("v5p")
+    assert (v6e.name, v5p.name) == ("tpu-v6e", "tpu-v5p")
+    assert v6e.peak_flops["bf16"] == 918e12 and v6e.memory_bandwidth_Bps == 1638e9
+    assert v6e.memory_capacity_bytes == 32 * 2**30 and v6e.typical_devices_per_node == 256
+    assert v5p.peak_flops["bf16"] == v5p.peak_flops["fp8"] == 459e12 and v5p.memory_bandwidth_Bps == 2765e9
+    assert v5p.memory_capacity_bytes == 95 * 2**30
+    # ICI: the bidirectional per-chip figure, halved per direction; DCN per chip
+    assert catalog.link(v6e.typical_intra_node_link).bandwidth_Bps == 400e9
+    assert catalog.link(v5p.typical_intra_node_link).bandwidth_Bps == 600e9
+    assert catalog.link(v6e.typical_inter_node_link).bandwidth_Bps == 100e9 / 8
+    assert catalog.link(v5p.typical_inter_node_link).bandwidth_Bps == 50e9 / 8
+    for d in (v6e, v5p):
+        assert d.kind == "accelerator" and d.tdp_W is None and d.price_per_hour_usd is None
+        assert "no per-chip power" in d.source
+
+
+def test_a_tpu_pod_keeps_its_all_to_all_on_the_ici_and_prices_no_energy():
+    system, channel = _ep64_training("tpu-v6e")
+    assert system.devices_per_node == 256 and channel == "intra_node"
+    assert system.intra_node_link.name == "ici-v6e"
+    from aitrinity import api
+    from aitrinity.spec._base import validate
+    from aitrinity.spec.scenario import Scenario
+
+    scenario = {
+        "name": "tpu",
+        "system": {"device": "tpu-v5p", "num_devices": 16},
+        "workload": {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 64}},
+        "plan": {"zero": 1},
+    }
+    est = api.estimate(api.resolve(validate(Scenario, scenario, "tpu")))
+    assert est.training is not None and est.training.joules_per_step is None and est.training.total_joules is None
+    scenario["system"]["power_per_device"] = "400 W"
+    est = api.estimate(api.resolve(validate(Scenario, scenario, "tpu")))
+    assert est.training is not None and est.training.joules_per_step == pytest.approx(
+        400 * 16 * est.training.step_time_s
+    )

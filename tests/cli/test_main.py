@@ -220,3 +220,28 @@ def test_plan_json_is_deterministic_and_timings_go_to_stderr(capsys):
     second = capsys.readouterr()
     assert first == second.out  # byte-identical JSON: no elapsed time or rate inside
     assert "plans in" in second.err and "/s)" in second.err
+
+
+def test_an_objective_without_its_figure_is_one_line(capsys):
+    """--objective cost on a device the catalog has no price for, energy on one without a published power: exit 2
+    naming the figure and how to give it (it used to report no feasible plan)."""
+    scenario = str(EXAMPLES / "serving-exchanges.yaml")
+    for argv, needle in (
+        (["--set", "system.device=h200", "--objective", "cost"], "system.price_per_device_hour"),
+        (["--set", "system.device=tpu-v6e", "--objective", "energy"], "system.power_per_device"),
+    ):
+        rc, out, err = run(capsys, "plan", scenario, *argv)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+    rc, out, _ = run(
+        capsys,
+        "plan",
+        scenario,
+        "--set",
+        "system.device=tpu-v6e",
+        "--set",
+        "system.power_per_device=300W",
+        "--objective",
+        "energy",
+        "--json",
+    )
+    assert rc == 0 and json.loads(out)

@@ -105,3 +105,16 @@ def test_the_same_scenario_twice_gets_distinct_ids():
     charts = [f.id for s in r.sections for f in s.figures]
     assert ids == ["trillion-param-training", "trillion-param-training-2"]
     assert len(charts) == len(set(charts))
+
+
+def test_a_pareto_figure_without_price_or_power_plots_device_memory():
+    """A TPU has neither a catalog price nor a published power: the frontier's figure plots device memory against
+    time instead of asserting on a missing $; with a power it plots joules."""
+    from aitrinity.plan.report import PlanReport
+    from aitrinity.report.figures import pareto_figure
+
+    for extra, label in (((), "device memory"), (("system.power_per_device=300W",), "joules per token")):
+        rep = api.plan("llama-70b-serving-long-context", overrides=["system.device=tpu-v6e", *extra])
+        assert isinstance(rep, PlanReport)
+        fig = pareto_figure("s", rep)
+        assert fig is not None and fig.table.columns[2] == label and all(r[2] > 0 for r in fig.table.rows)
