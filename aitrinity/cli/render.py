@@ -260,8 +260,8 @@ def plan(rep: Any) -> str:
         lines.append(f"no feasible plan{more}")
         return "\n".join(lines)
     lines += _choices("best plans:", s.top)
-    money = {"usd": ", $", "joules": ", J", None: ""}[s.cost_axis]
-    axes = f"time, memory, bytes moved{money}" + (", accuracy" if rep.kind == "serving" else "")
+    # ($ and J: the system's price and power over the throughput, or times the step time: they rank as those do)
+    axes = "time, memory, bytes moved" + (", throughput, accuracy" if rep.kind == "serving" else "")
     lines += _choices(f"Pareto frontier over ({axes}):", s.pareto[:12])
     if len(s.pareto) > 12:
         lines.append(f"  ... {len(s.pareto) - 12} more in --json")

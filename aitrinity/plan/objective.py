@@ -6,12 +6,8 @@ the candidates; :func:`require` says what is missing instead.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from aitrinity.errors import SpecError
 from aitrinity.spec.scenario import System
-
-CostAxis = Literal["usd", "joules"]
 
 
 def require(objective: str, system: System, context: str = "") -> None:
@@ -31,13 +27,3 @@ def require(objective: str, system: System, context: str = "") -> None:
             f"objective {objective} ranks plans by joules, but {name} has no published power: give one, "
             "e.g. --set system.power_per_device=700W (a design edit: power=700W)",
         )
-
-
-def cost_axis(objective: str, system: System) -> CostAxis | None:
-    """The Pareto frontier's cost axis: $ for the ``cost`` objective, else joules -- whichever of the two the system
-    can price (None: neither; the frontier then has no cost axis rather than one of unknowns)."""
-    if objective == "cost" and system.price_per_hour_usd is not None:
-        return "usd"
-    if system.power_W is not None:
-        return "joules"
-    return "usd" if system.price_per_hour_usd is not None else None

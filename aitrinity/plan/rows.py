@@ -20,10 +20,10 @@ def first_failed(checks: Sequence[NDArray[np.bool_]], n: int) -> Ints:
 
 
 def quantize(x: np.ndarray) -> np.ndarray:
-    """Values rounded to 9 significant digits, so that ties are ties whatever the summation order."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mag = np.where(x != 0, 10.0 ** (8 - np.floor(np.log10(np.abs(np.where(x != 0, x, 1.0))))), 1.0)
-    out: np.ndarray = np.round(x * mag) / mag
+    """Values rounded to 30 significant bits (about 9 decimal digits), so that ties are ties whatever the summation
+    order. (Binary: the mantissa rounded in place, three times faster than rounding to 9 decimal digits.)"""
+    mantissa, exponent = np.frexp(x)
+    out: np.ndarray = np.ldexp(np.round(mantissa * 1073741824.0), exponent - 30)
     return out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
-from aitrinity.plan.objective import CostAxis, cost_axis, require
+from aitrinity.plan.objective import require
 from aitrinity.plan.rows import frontier, quantize
 from aitrinity.plan.vector_training import (
     REASONS,
@@ -158,10 +158,9 @@ class SearchResult(Result):
     best: PlanChoice | None
     top: list[PlanChoice]
     pareto: list[PlanChoice]
-    """Non-dominated over (step time, device memory, bytes moved, $ or J)."""
+    """Non-dominated over (step time, device memory, bytes moved); $ and J per step are the system's price and power
+    times the step time, so they rank as it does."""
     infeasible: list[ReasonCount]
-    cost_axis: CostAxis | None = None
-    """The frontier's cost axis (:func:`aitrinity.plan.objective.cost_axis`): $ or J, or none."""
     """How many candidates each constraint removed (the first one they failed)."""
 
 
@@ -376,14 +375,12 @@ def search_training(
     idx = np.flatnonzero(feasible)
     simple = complexity(t.rows) + (t.cp > 1) + np.array([len(entries) for entries in t.combos])[t.added]
     order = rank(score, t.priced.hbm_bytes, simple, idx)
-    axis = cost_axis(objective, system)
-    money = {"usd": [t.priced.usd_per_step], "joules": [t.priced.joules_per_step], None: []}[axis]
-    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes, *money]) if pareto else []
+    # (no $ or J column: for one system both are a constant times the step time)
+    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes]) if pareto else []
     counts = np.bincount(t.priced.reason, minlength=len(REASONS))
     n = len(score)
     return SearchResult(
         objective=objective,
-        cost_axis=axis,
         evaluated=n,
         feasible=len(idx),
         best=_choice(t, int(order[0]), system, job) if len(order) else None,

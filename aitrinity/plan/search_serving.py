@@ -27,7 +27,7 @@ from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
-from aitrinity.plan.objective import CostAxis, cost_axis, require
+from aitrinity.plan.objective import require
 from aitrinity.plan.rows import Ints, frontier, quantize
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
@@ -164,11 +164,9 @@ class ServingSearchResult(Result):
     best: ServingChoice | None
     top: list[ServingChoice]
     pareto: list[ServingChoice]
-    """Non-dominated over (request latency, device memory, bytes moved, $ or J per token, throughput, accuracy
-    drop)."""
+    """Non-dominated over (request latency, device memory, bytes moved, throughput, accuracy drop); $ and J per
+    token are the system's price and power over the throughput, so they rank as it does."""
     infeasible: list[ReasonCount]
-    cost_axis: CostAxis | None = None
-    """The frontier's cost axis (:func:`aitrinity.plan.objective.cost_axis`): $ or J per token, or none."""
     max_accuracy_drop: float
     """The accuracy budget the search kept to (``workload.serving.max_accuracy_drop``)."""
 
@@ -264,15 +262,14 @@ def search_serving(
     t = _complete(pending, answers, job, combos)
     priced = t.priced
     idx, order = _ranking(t, objective, combos)
-    axis = cost_axis(objective, system)
-    money = {"usd": [priced.usd_per_million_tokens], "joules": [priced.joules_per_token], None: []}[axis]
-    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, *money, -priced.throughput_tokens_per_s, t.drop]
+    # (no $ or J column: for one system both are a constant over the throughput, so they rank as it does -- and a
+    # system without a price or a power would give a column of NaNs, which nothing dominates)
+    columns = [priced.latency_s, priced.hbm_bytes, priced.link_bytes, -priced.throughput_tokens_per_s, t.drop]
     front = frontier(order, columns) if pareto else []
     counts = np.bincount(priced.reason, minlength=len(REASONS))
     ranked = _choices(t, order[: max(top, 1)].tolist(), system, combos)
     return ServingSearchResult(
         objective=objective,
-        cost_axis=axis,
         evaluated=len(priced.latency_s),
         feasible=len(idx),
         best=ranked[0] if ranked else None,

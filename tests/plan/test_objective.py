@@ -6,7 +6,7 @@ import pytest
 
 from aitrinity import catalog
 from aitrinity.errors import SpecError
-from aitrinity.plan.objective import cost_axis, require
+from aitrinity.plan.objective import require
 from aitrinity.plan.rows import frontier
 from aitrinity.plan.search import Space, search_training
 from aitrinity.plan.search_disaggregated import search_splits
@@ -58,21 +58,29 @@ def test_every_search_asks_before_it_prices():
     assert row is not None and row.joules_per_token is None
 
 
-def test_the_frontier_leaves_out_a_cost_axis_the_system_cannot_price():
-    """Without a price or a power every row's cost is unknown (NaN), and NaN is never dominated: the frontier kept
-    almost every feasible row. It is now over the axes it can compare; with a power, joules come back."""
+def test_the_frontier_does_not_depend_on_a_price_or_a_power():
+    """$ and J are the system's price and power over the throughput (times the step time in training), so the
+    frontier leaves them out: the same plans with or without either. (With them as a column, a system without a
+    price or a power gave a column of NaNs -- never dominated -- and the frontier kept almost every feasible row.)"""
     m = catalog.model("llama-3.1-8b")
     serving = ServingJob(prompt_tokens=512, output_tokens=128, batch=8)
-    tpu = make_system("tpu-v6e", 8, 8)
-    assert cost_axis("throughput", tpu) is None and cost_axis("time", make_system("h200")) == "joules"
-    assert (
-        cost_axis("cost", make_system()) == "usd"
-        and cost_axis("time", make_system("tpu-v6e", price_per_device_hour="$2/h")) == "usd"
-    )
-    r = search_serving(m, serving, Plan(), tpu, "throughput", top=10**6)
-    assert r.cost_axis is None and 0 < len(r.pareto) < r.feasible / 2
-    cols = [[c.latency_s, c.hbm_bytes, c.link_bytes, -c.throughput_tokens_per_s, c.accuracy_drop] for c in r.top]
-    arr = np.array(cols).T
-    assert len(frontier(np.arange(len(r.top)), list(arr))) == len(r.pareto)
-    powered = search_serving(m, serving, Plan(), make_system("tpu-v6e", 8, 8, power_per_device="300 W"), "throughput")
-    assert powered.cost_axis == "joules" and all(c.joules_per_token for c in powered.pareto)
+    labels = []
+    for extra in ({}, {"power_per_device": "300 W", "price_per_device_hour": "$2/h"}):
+        r = search_serving(m, serving, Plan(), make_system("tpu-v6e", 8, 8, **extra), "throughput", top=10**6)
+        labels.append([c.label for c in r.pareto])
+        assert 0 < len(r.pareto) < r.feasible / 2
+        # the frontier is the non-dominated set of its five axes
+        cols = np.array(
+            [[c.latency_s, c.hbm_bytes, c.link_bytes, -c.throughput_tokens_per_s, c.accuracy_drop] for c in r.top]
+        )
+        assert len(frontier(np.arange(len(r.top)), list(cols.T))) == len(r.pareto)
+    assert labels[0] == labels[1]
+    job = TrainingJob(seq_len=2048, global_batch=64)
+    fronts = [
+        [
+            c.label
+            for c in search_training(m, job, Plan(), make_system("tpu-v6e", 8, 8, **extra), "time", space=SMALL).pareto
+        ]
+        for extra in ({}, {"power_per_device": "300 W"})
+    ]
+    assert fronts[0] == fronts[1] and fronts[0]
