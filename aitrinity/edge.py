@@ -51,16 +51,14 @@ class EdgeInputs:
 
 
 def processor(d: DeviceSpec, dtype: str, busy_W: float | None = None, idle_W: float | None = None) -> Processor:
-    """Achievable rates of a catalog device for a DNN at ``dtype`` (fp32 activations use the fp32 peak); the split's
-    energy needs the device's busy power (``busy_W``, else its TDP)."""
-    power = busy_W or d.tdp_W
-    if power is None:
-        raise SpecError.at(d.name, "no published power: an edge split prices energy; give the device a tdp_W")
+    """Achievable rates of a catalog device for a DNN at ``dtype`` (fp32 activations use the fp32 peak); busy power
+    ``busy_W``, else its TDP, else 0 -- the split prices the device's energy, which :func:`resolve` checks, not the
+    server's."""
     return Processor(
         name=d.name,
         flops_per_s=d.peak_flops_for(dtype) * d.efficiency.compute,
         mem_Bps=d.memory_bandwidth_Bps * d.efficiency.memory,
-        busy_W=power,
+        busy_W=busy_W or d.tdp_W or 0.0,
         idle_W=idle_W if idle_W is not None else (d.idle_W or 0.0),
     )
 
@@ -142,6 +140,21 @@ def resolve(s: EdgeScenario, base: Path | None = None, overrides: Sequence[str] 
             path = base / path
         lt = load_link_trace(path)
         trace = tuple(zip(lt.times_s, lt.bandwidth_Bps, strict=True))
+    if sy.device_power is None and dev.tdp_W is None:
+        raise SpecError.at(
+            "system.device_power",
+            f"{dev.name} publishes no power, and the split prices the device's energy: give one (e.g. "
+            "--set system.device_power=5W)",
+        )
+    for field, d in (("system.device", dev), ("system.server", srv)):
+        try:
+            d.peak_flops_for(dt)
+        except SpecError:  # (it names plan.compute_dtype, which an edge scenario does not have)
+            raise SpecError(
+                field,
+                d.name,
+                f"a device with a {dt} peak ({dnn.name} runs in {dt}); {d.name} has {', '.join(d.peak_flops)}",
+            ) from None
     return EdgeInputs(
         scenario=s,
         table=table,

@@ -167,7 +167,8 @@ class DeviceSpec(Spec):
         raise SpecError(
             "plan.compute_dtype",
             dtype,
-            f"a dtype {self.name} has a peak for: {', '.join(self.peak_flops)} (e.g. --set plan.compute_dtype=fp32)",
+            f"a dtype {self.name} has a peak for: {', '.join(self.peak_flops)} "
+            f"(e.g. --set plan.compute_dtype={'bf16' if 'bf16' in self.peak_flops else next(iter(self.peak_flops))})",
         )
 
 

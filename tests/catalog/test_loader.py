@@ -305,6 +305,9 @@ def test_tpus_carry_googles_published_figures_and_no_power():
     for d in (v6e, v5p):
         assert d.kind == "accelerator" and d.tdp_W is None and d.price_per_hour_usd is None
         assert "no per-chip power" in d.source
+    # no fp32 peak: the error suggests a dtype the chip has (it used to suggest fp32 whatever was missing)
+    with pytest.raises(SpecError, match=r"bf16, fp16, int8 \(e\.g\. --set plan\.compute_dtype=bf16\)"):
+        v6e.peak_flops_for("fp32")
 
 
 def test_a_tpu_pod_keeps_its_all_to_all_on_the_ici_and_prices_no_energy():

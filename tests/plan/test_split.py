@@ -77,3 +77,13 @@ def test_catalog_lists_dnns(capsys):
     assert main(["catalog", "show", "mobilenet-v2", "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)["derived"]
     assert facts["params"][0] == 3504872 and facts["vs_published_params"][0] == 0
+
+
+def test_a_device_without_the_dnns_dtype_or_a_power_is_named():
+    """The split runs the DNN in its activation dtype on both sides and prices the device's energy: a server without
+    that dtype's peak (a TPU has no fp32) names the server and the dtypes it has; a device without a published power
+    names system.device_power. A server's power is never needed."""
+    with pytest.raises(SpecError, match=r"system\.server.*fp32 peak.*bf16, fp16, int8"):
+        api.diagnose("camera-analytics-edge", overrides=["system.server=tpu-v6e"])
+    with pytest.raises(SpecError, match=r"system\.device_power.*tpu-v6e publishes no power"):
+        api.diagnose("camera-analytics-edge", overrides=["system.device=tpu-v6e", "system.server=tpu-v5p"])
