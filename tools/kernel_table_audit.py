@@ -5,6 +5,8 @@ For every GPU with aiconfigurator-core tables (``pip install 'aitrinity[silicon]
 * each GEMM table's decode streaming ratio (:func:`aitrinity.silicon.decode_streaming_ratio`: the median time of its
   decode-sized GEMMs over the time to stream their weights at the GPU's HBM bandwidth), ``SET ASIDE`` where the
   table is not read (:data:`aitrinity.silicon.IMPLAUSIBLE_STREAMING`);
+* each GEMM table's cells measured more than 10% slower than a shape with more rows, which the model reads as that shape
+  (:func:`aitrinity.silicon.monotone_rows`): their share and how far above it they sit;
 * the catalog's all-reduce (``kernels.all_reduce`` of the device's YAML, derived from the vLLM tables by
   ``tools/derive_kernel_params.py``) against the table it was derived from: mean |log ratio| over the message sizes
   a step sends (64 KiB-256 MiB), per GPU count.
@@ -31,6 +33,20 @@ ENGINES = ("trtllm", "vllm", "sglang")
 AR_SIZES = np.geomspace(64 * 2**10, 256 * 2**20, 13)
 
 
+def _above(seconds: np.ndarray) -> dict[str, float]:
+    """Cells measured more than :data:`aitrinity.silicon.NOISE` slower than a shape with more rows
+    (:func:`aitrinity.silicon.monotone_rows` reads them as that shape): their share of the table and how far above
+    it they sit (median and largest ratio)."""
+    kept = silicon.monotone_rows(seconds)
+    above = seconds > kept
+    excess = seconds[above] / kept[above] if above.any() else np.ones(1)
+    return {
+        "share": round(float(above.mean()), 3),
+        "median": round(float(np.median(excess)), 2),
+        "max": round(float(excess.max()), 2),
+    }
+
+
 def audit() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for name in sorted(kt.SYSTEM_OF_DEVICE):
@@ -49,6 +65,7 @@ def audit() -> list[dict[str, object]]:
             }
             row: dict[str, object] = {"device": name, "engine": engine, "source": table.source}
             row["gemm_streaming"] = {d: round(r, 2) for d, r in ratios.items() if r is not None}
+            row["gemm_above_larger_m"] = {d: _above(kt.read(name, engine, None).gemm[d][1]) for d in sorted(raw)}
             row["set_aside"] = sorted(table.set_aside)
             if engine == "vllm" and dev.kernels is not None:
                 roof = silicon.roofline(dev)
@@ -78,6 +95,16 @@ def main() -> int:
         gemm = "  ".join(f"{d} {v:.1f}x" for d, v in r["gemm_streaming"].items())  # type: ignore[attr-defined]
         aside = f"  SET ASIDE: {', '.join(r['set_aside'])}" if r["set_aside"] else ""  # type: ignore[arg-type]
         print(f"  {r['device']:14s} {r['engine']:7s} {gemm}{aside}")
+    print(
+        f"GEMM cells more than {silicon.NOISE:.0%} slower than a shape with more rows (read as that shape): share, "
+        "median and largest ratio"
+    )
+    for r in rows:
+        cells = "  ".join(
+            f"{d} {v['share']:.0%} x{v['median']:.2f}/x{v['max']:.2f}"
+            for d, v in r["gemm_above_larger_m"].items()  # type: ignore[attr-defined]
+        )
+        print(f"  {r['device']:14s} {r['engine']:7s} {cells}")
     print("catalog all-reduce vs the vLLM table, mean |log ratio| over 64 KiB-256 MiB, by GPU count")
     for r in rows:
         if "catalog_all_reduce_log_error" in r:

@@ -370,3 +370,19 @@ def test_the_all_reduce_fit_recovers_an_alpha_beta_curve():
     got = all_reduce_params(g, n)
     assert got["latency_s"] == pytest.approx(lat, rel=1e-3)
     assert got["bus_bandwidth_Bps"] == pytest.approx(bw, rel=0.005)
+
+
+def test_a_gemm_cell_slower_than_a_larger_shape_is_read_as_that_shape():
+    """A GEMM of m rows can run as one of more rows, padded: a cell more than NOISE above a larger shape's time is read
+    as that time, scatter within NOISE stays as measured (no downward bias from the flat, latency-bound region)."""
+    seconds = np.array([[10.0], [10.4], [9.9], [21.0], [16.0], [24.0]])  # m = 1, 2, 4, 513, 768, 1024 say
+    got = silicon.monotone_rows(seconds[:, :, None])[:, :, 0]
+    assert got[:, 0].tolist() == [10.0, 10.4, 9.9, 16.0, 16.0, 24.0]
+    # on the real tables: vLLM's per-tensor fp8 on H100 at m = 513 is read as m = 768, TensorRT-LLM's as measured
+    dev = catalog.device("h100-sxm")
+    for engine, lowered in (("vllm", True), ("trtllm", False)):
+        axes, raw = kt.read(dev.name, engine, None).gemm["fp8"]
+        grid = silicon._grids(dev.name, engine, None)[0]["fp8"]
+        i, j, k = (int(np.flatnonzero(a == v)[0]) for a, v in zip(axes, (513.0, 10240.0, 8192.0), strict=True))
+        assert (grid.values[i, j, k] < raw[i, j, k]) == lowered
+        assert grid.values[i, j, k] <= raw[i, j, k] and (grid.values <= raw).all()
