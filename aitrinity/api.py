@@ -241,6 +241,7 @@ def plan(
 
 def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | None, pareto: bool) -> PlanReport:
     """The training search, the chain to its best plan, or the devices the scenario's own plan needs."""
+    from aitrinity.cost.estimate import prices_with_operators
     from aitrinity.errors import SpecError
     from aitrinity.plan.chain import training_chain
     from aitrinity.plan.report import PlanReport
@@ -251,7 +252,9 @@ def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | Non
     objective = objective or "time"
     if objective not in OBJECTIVES:
         raise SpecError("--objective", objective, f"one of {', '.join(OBJECTIVES)} for training")
-    kernels = _kernels(r).kernels
+    # the kernels diagnose prices the step with: the operator model on a GPU, the phase roofline elsewhere (a TPU's,
+    # a CPU's training step) -- a plan the search ranks is then the step diagnose reports
+    kernels = _kernels(r).kernels if prices_with_operators(r.system, None) else None
     plan = r.scenario.plan
     result = search_training(r.model, w, plan, r.system, objective, top, pareto=pareto, kernels=kernels)
     chain = training_chain(r.model, w, plan, r.system, result.best, own, kernels) if result.best else None

@@ -62,6 +62,8 @@ SERVING_MODELS = [
 ]
 TRAINING_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-32b", "gpt-oss-120b"]
 GPUS = ["h100-sxm", "h200", "a100-80gb-sxm", "b200", "b300", "mi300x", "mi355x", "l40s", "h20", "gb200"]
+ACCELERATORS = [*GPUS, "tpu-v6e", "tpu-v5p"]
+"""The GPUs and Google's TPUs (no power, no price: a search ranked by cost or energy is refused)."""
 SERVING_EXCHANGES: list[list[dict[str, Any]]] = [
     [],
     [{"kind": "prefix-cache", "hit_rate": 0.5, "tier": "host", "capacity": "200 GiB"}],
@@ -110,7 +112,7 @@ class Cases:
         self.rng = rng
 
     def _system(self, sizes: list[int], host: float) -> dict[str, Any]:
-        system: dict[str, Any] = {"device": self.rng.choice(GPUS), "num_devices": self.rng.choice(sizes)}
+        system: dict[str, Any] = {"device": self.rng.choice(ACCELERATORS), "num_devices": self.rng.choice(sizes)}
         if self.rng.random() < host:
             system["host_memory"] = "host-dram"
         engine = self.rng.choice(ENGINES)  # the catalog's kernel parameters, or an engine's measured tables

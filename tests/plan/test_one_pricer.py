@@ -64,6 +64,28 @@ def test_training_best_plan_diagnosed_and_chain_end_are_the_search(exchanges):
     assert rep.chain.steps[-1].score_after == pytest.approx(best.step_time_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("device", ["tpu-v6e", "tpu-v5p"])
+def test_a_training_search_off_a_gpu_is_the_diagnosis(device):
+    """Off a GPU, diagnose prices a training step by the phase roofline; `trinity plan` handed the search the catalog's
+    operator kernels all the same, so its rows and the chain disagreed with diagnose by up to 18% on TPUs (found by
+    tools/probe.py once it drew TPUs)."""
+    s = validate(
+        Scenario,
+        {
+            "name": "tpu",
+            "system": {"device": device, "num_devices": 64},
+            "workload": {"model": "llama-3.1-70b", "training": {"seq_len": 8192, "global_batch": 64}},
+            "plan": {"exchanges": [{"kind": "optimizer-offload"}]},
+        },
+    )
+    rep = api.plan(s, top=3)
+    assert rep.search.top and rep.chain is not None
+    for row in rep.search.top:
+        est = api.diagnose(s.model_copy(update={"plan": row.plan(s.plan)})).estimate.training
+        assert est.step_time_s == pytest.approx(row.step_time_s, rel=1e-9)
+    assert rep.chain.steps[-1].score_after == pytest.approx(rep.search.top[0].step_time_s, rel=1e-9)
+
+
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])
 def test_a_moe_search_on_an_engines_tables_is_the_diagnosis(engine):
     """DeepSeek-V3 on 16 B200s under SGLang (lock-step waves) raised an internal error in `trinity plan` (the waves'
