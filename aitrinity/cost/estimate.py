@@ -109,7 +109,8 @@ class TrainingMetrics(Result):
     mfu: float
     hfu: float
     joules_per_step: float | None
-    """None without a device power (``DeviceSpec.tdp_W``, ``system.power_per_device_W``), as $ without a price."""
+    """None without a device power (``DeviceSpec.tdp_W``, the scenario's ``system.power_per_device``), as $ without
+    a price."""
     joules_per_token: float | None
     usd_per_step: float | None
     usd_per_million_tokens: float | None
