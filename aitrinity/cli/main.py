@@ -153,7 +153,8 @@ def _add_plan(sub: Any) -> None:
         "--objective",
         choices=["time", "throughput", "latency", "cost", "energy"],
         help="training: time (default), cost, energy; serving: throughput (default), latency, cost, energy; "
-        "edge: latency or energy (default: the scenario's)",
+        "edge: latency or energy (default: the scenario's); cost needs a device-hour price, energy a device power "
+        "(the catalog's, or system.price_per_device_hour / system.power_per_device)",
     )
     pl.add_argument("--slo-ttft", metavar="TIME", help="serving: time-to-first-token objective, e.g. 2s")
     pl.add_argument("--slo-tpot", metavar="TIME", help="serving: time-per-output-token objective, e.g. 50ms")
