@@ -67,6 +67,7 @@ class Policy(Protocol):
     def discard(self, key: Key) -> None: ...
     def evict(self, key: Key) -> None: ...
     def victim(self, may_go: Callable[[Key], bool] | None) -> Key | None: ...
+    def first(self, need: int, metas: dict[Key, BlockMeta]) -> list[tuple[Key, BlockMeta]]: ...
     def order(self, metas: dict[Key, BlockMeta]) -> list[Key]: ...
 
 
@@ -92,6 +93,18 @@ class LRU:
         if may_go is None:
             return next(iter(self._od), None)
         return next((k for k in self._od if may_go(k)), None)
+
+    def first(self, need: int, metas: dict[Key, BlockMeta]) -> list[tuple[Key, BlockMeta]]:
+        """The least recent blocks that free ``need`` bytes, pins and readers ignored (one pass, no call per block:
+        a cache at capacity evicts on every insert)."""
+        out, freed = [], 0
+        for k in self._od:
+            m = metas[k]
+            out.append((k, m))
+            freed += m.size_bytes
+            if freed >= need:
+                break
+        return out
 
     def order(self, metas: dict[Key, BlockMeta]) -> list[Key]:
         return list(self._od)
@@ -141,6 +154,17 @@ class _HeapPolicy:
         for e in skipped:
             heapq.heappush(self._heap, e)
         return found
+
+    def first(self, need: int, metas: dict[Key, BlockMeta]) -> list[tuple[Key, BlockMeta]]:
+        chosen: dict[Key, BlockMeta] = {}
+        freed = 0
+        while freed < need:
+            k = self.victim(None if not chosen else lambda k: k not in chosen)
+            if k is None:
+                break
+            chosen[k] = metas[k]
+            freed += chosen[k].size_bytes
+        return list(chosen.items())
 
     def evict(self, key: Key) -> None:
         entry = self._live.pop(key, None)
@@ -256,10 +280,13 @@ class BlockIndex:
         victims: list[tuple[Key, BlockMeta]] = []
         if cap is not None and self.used_bytes + size_bytes > cap:
             victims = self._choose_victims(self.used_bytes + size_bytes - cap)
-        for k, _ in victims:
-            self._drop(k)
-            self.policy.evict(k)
-        self.evictions += len(victims)
+            metas, evict = self._meta, self.policy.evict
+            for k, v in victims:
+                del metas[k]
+                self.used_bytes -= v.size_bytes
+                self._guarded -= v.guarded  # (a soft-pinned victim)
+                evict(k)
+            self.evictions += len(victims)
         m = BlockMeta(size_bytes, flops, 1, next(self._clock))
         self._meta[key] = m
         self.used_bytes += size_bytes
@@ -267,15 +294,10 @@ class BlockIndex:
         return victims
 
     def _choose_victims(self, need: int) -> list[tuple[Key, BlockMeta]]:
+        if not self._guarded and need <= self.used_bytes:  # nothing pinned or read: plain policy order
+            return self.policy.first(need, self._meta)
         chosen: dict[Key, BlockMeta] = {}
         freed = 0
-        if not self._guarded and need <= self.used_bytes:  # nothing pinned or read: plain policy order
-            while freed < need:
-                k = self.policy.victim(None if not chosen else lambda k: k not in chosen)
-                assert k is not None
-                chosen[k] = self._meta[k]
-                freed += chosen[k].size_bytes
-            return list(chosen.items())
         for soft_ok in (False, True):
 
             def may_go(k: Key, soft_ok: bool = soft_ok) -> bool:

@@ -51,6 +51,17 @@ def test_cost_aware_keeps_most_flops_saved_per_byte():
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "cost"])
+def test_a_large_block_evicts_several_in_eviction_order(policy):
+    ix = BlockIndex(10, policy)
+    fill(ix, "abcde", size=2, flops=[50, 10, 40, 20, 30])
+    ix.touch("a")
+    ix.touch("d")
+    order = ix.eviction_order()
+    assert fill(ix, "f", size=5) == order[:3]  # 3 blocks free 6 >= 5 bytes
+    assert ix.used_bytes == 9 and ix.evictions == 3 and set(ix) == {*order[3:], "f"}
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "cost"])
 def test_pins_and_readers_are_respected(policy):
     ix = BlockIndex(3, policy)
     fill(ix, "abc")
