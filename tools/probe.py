@@ -59,8 +59,11 @@ SERVING_MODELS = [
     "gpt-oss-120b",
     "qwen3-235b-a22b",
     "gemma-3-27b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "mixtral-8x22b",
 ]
-TRAINING_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-32b", "gpt-oss-120b"]
+TRAINING_MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-32b", "gpt-oss-120b", "qwen3-30b-a3b"]
 GPUS = ["h100-sxm", "h200", "a100-80gb-sxm", "b200", "b300", "mi300x", "mi355x", "l40s", "h20", "gb200"]
 ACCELERATORS = [*GPUS, "tpu-v6e", "tpu-v5p"]
 """The GPUs and Google's TPUs (no power, no price: a search ranked by cost or energy is refused)."""

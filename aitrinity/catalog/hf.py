@@ -5,7 +5,8 @@ Supported ``model_type``: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe (dens
 gemma2, gemma3 / gemma3_text (the text model; local and global attention layers), gpt_oss (MoE with biases,
 alternating sliding-window layers; attention sinks not counted), opt, gpt2, deepseek_v2, deepseek_v3 and
 kimi_k2 (DeepSeek-V3's architecture and keys; deepseek_v32 and GLM-5's glm_moe_dsa add DeepSeek Sparse Attention's
-indexer), llama4 / llama4_text (the text model: interleaved MoE layers with a
+indexer), kimi_k25 (Kimi-K2.5 and its successors: Kimi-K2's text model in ``text_config`` beside a vision tower),
+llama4 / llama4_text (the text model: interleaved MoE layers with a
 shared expert, chunked local attention as a sliding window) and minimax_m2 (GQA, 256 routed experts with a routing
 bias). Vision towers are not counted.
 """
@@ -32,6 +33,14 @@ def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
 def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """Map a transformers config dict to our schema (pure; the caller reads the file)."""
     mtype = cfg.get("model_type")
+    if mtype == "kimi_k25":  # the text model is Kimi-K2's (DeepSeek-V3's keys); its quantization may sit outside it
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise SpecError("text_config", text, "the text model's config (kimi_k25)", source=where)
+        quant = cfg.get("quantization_config", text.get("quantization_config"))
+        return from_hf_config(
+            {**text, "quantization_config": quant, "_name_or_path": cfg.get("_name_or_path")}, name, where
+        )
     if mtype in _LLAMA_LIKE:
         data = _llama_like(cfg, mtype, where)
     elif mtype == "opt":
@@ -47,9 +56,11 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
     elif mtype == "minimax_m2":
         data = _minimax_m2(cfg, where)
     else:
-        known = sorted(_LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2"})
+        known = sorted(
+            _LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2", "kimi_k25"}
+        )
         raise SpecError("model_type", mtype, f"one of {known}", source=where)
-    data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path", name)])
+    data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path") or name])
     if cfg.get("num_nextn_predict_layers"):  # DeepSeek-V3 / R1, GLM-4.5: multi-token-prediction modules
         data["mtp_layers"] = cfg["num_nextn_predict_layers"]  # validated with the rest (an integer 0..16)
     q = cfg.get("quantization_config")

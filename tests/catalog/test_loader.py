@@ -82,6 +82,57 @@ def test_hf_ids_and_aliases_resolve_to_the_same_entry():
     assert catalog.link("ndr").name == "infiniband-ndr"
 
 
+@pytest.mark.parametrize(
+    ("hf_id", "name"),
+    [
+        # quantized checkpoints keep their architecture: the row's dtype says how it runs
+        ("nvidia/Llama-3.1-70B-Instruct-FP8", "llama-3.1-70b"),
+        ("nvidia/Qwen3-235B-A22B-NVFP4", "qwen3-235b-a22b"),
+        ("nvidia/DeepSeek-V3.1-NVFP4", "deepseek-v3"),
+        ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3"),
+        ("Qwen/Qwen3-30B-A3B-FP8", "qwen3-30b-a3b"),
+        # the models aiconfigurator-core ships configs for that the catalog names
+        ("Qwen/Qwen3-8B", "qwen3-8b"),
+        ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"),
+        ("openai/gpt-oss-20b", "gpt-oss-20b"),
+        ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"),
+        ("nvidia/Kimi-K2.6-NVFP4", "kimi-k2.5"),
+    ],
+)
+def test_checkpoint_ids_name_their_architecture(hf_id, name):
+    assert catalog.canonical("models", hf_id) == name
+
+
+def test_new_entries_match_the_configs_they_cite():
+    """Each entry written from a Hugging Face config.json equals what the config importer reads from that file, where
+    aiconfigurator-core (the ``[silicon]`` extra, installed for the tests) ships it."""
+    from importlib.resources import files
+
+    from aitrinity.catalog.hf import from_hf_config
+
+    shipped = files("aiconfigurator_core") / "model_configs"
+    fields = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "dim_head", "intermediate_size")
+    for name, config in [
+        ("qwen3-8b", "Qwen--Qwen3-8B"),
+        ("qwen3-30b-a3b", "Qwen--Qwen3-30B-A3B"),
+        ("qwen3-coder-480b-a35b", "Qwen--Qwen3-Coder-480B-A35B-Instruct"),
+        ("gpt-oss-20b", "openai--gpt-oss-20b"),
+        ("mixtral-8x22b", "mistralai--Mixtral-8x22B-v0.1"),
+        ("deepseek-v3", "nvidia--DeepSeek-V3.1-NVFP4"),
+        ("kimi-k2.5", "moonshotai--Kimi-K2.5"),  # model_type kimi_k25: the text model in text_config
+    ]:
+        m = catalog.model(name)
+        hf = from_hf_config(json.loads((shipped / f"{config}_config.json").read_text()), name)
+        assert [getattr(m, f) for f in fields] == [getattr(hf, f) for f in fields], name
+        assert (m.vocab_size, m.max_seq_len, m.moe, m.sliding_window, m.mla) == (
+            hf.vocab_size,
+            hf.max_seq_len,
+            hf.moe,
+            hf.sliding_window,
+            hf.mla,
+        ), name
+
+
 def test_unknown_names_suggest_the_closest():
     with pytest.raises(UnknownNameError) as e:
         catalog.model("llama-3.1-70")
