@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from aitrinity import catalog, silicon
+from aitrinity.catalog import kernel_tables
+from aitrinity.catalog.hf import from_hf_config
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
@@ -43,7 +47,7 @@ from aitrinity.cost.kernels import kernel_notes
 from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout, ScaleOut
-from aitrinity.errors import SpecError, TrinityError
+from aitrinity.errors import SpecError, TrinityError, UnknownNameError
 from aitrinity.spec.hardware import DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import check_tp_heads
@@ -212,10 +216,7 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
     device = DEVICE_OF_SYSTEM.get(raw["system"].strip())
     if device is None:
         raise _Skip(f"no catalog device for system {raw['system']!r}")
-    try:
-        model = catalog.canonical("models", raw["model_path"].strip())
-    except TrinityError:
-        raise _Skip(f"no catalog model for {raw['model_path']!r}") from None
+    model = _model_name(raw["model_path"].strip())
     quant = raw.get("gemm_quant_mode", "").strip()
     if quant not in DTYPE_OF_QUANT:
         raise _Skip(f"GEMM precision {quant!r} not modelled")
@@ -225,7 +226,7 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
     values = [float(raw[k]) for k in ("isl", "osl", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")]
     if not all(np.isfinite(values)) or min(values) <= 0:
         raise _Skip("a size or a measured time that is not a positive number")
-    m = catalog.model(model)
+    m = model_spec(model)
     if mode == "agg":
         pool, prefill = _pool(m, raw, ""), None
     else:
@@ -248,6 +249,44 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
         tpot_ms=float(raw["silicon_tpot_ms"]),
         fp8_block="fp8_block" in (quant, (raw.get("moe_quant_mode") or "").strip()),
     )
+
+
+def _model_name(model_path: str) -> str:
+    """A run's model: the catalog's name for it, else its Hugging Face id where aiconfigurator-core ships its
+    ``config.json`` (the package's model list is wider than the catalog's) and the importer reads it."""
+    try:
+        return catalog.canonical("models", model_path)
+    except TrinityError:
+        pass
+    if kernel_tables.shipped_model_config(model_path) is None:
+        raise _Skip(f"no catalog model for {model_path!r}, nor a config.json of it in aiconfigurator-core")
+    try:
+        model_spec(model_path)
+    except SpecError as e:  # (a new architecture: the field and value say which, e.g. model_type 'qwen3_5')
+        why = f"{e.field} {e.value!r}" if e.field else e.expected
+        raise _Skip(
+            f"{model_path!r}: aiconfigurator-core's config.json of it is not one the importer reads ({why})"
+        ) from None
+    return model_path
+
+
+@functools.cache
+def model_spec(name: str) -> ModelSpec:
+    """The model of a run named by :func:`_model_name`: the catalog's entry, or one read from the Hugging Face
+    ``config.json`` aiconfigurator-core ships for that id (named after it: ``Qwen3-8B`` -> ``qwen3-8b``)."""
+    try:
+        return catalog.model(name)
+    except UnknownNameError:
+        path = kernel_tables.shipped_model_config(name)
+        if path is None:
+            raise
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SpecError.at(path, f"not a readable JSON config ({e.__class__.__name__})") from None
+    if not isinstance(cfg, dict):
+        raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
+    return from_hf_config(cfg, name.split("/")[-1].lower(), str(path))
 
 
 def _pool(m: ModelSpec, raw: dict[str, str], prefix: str) -> _Pool:
@@ -294,7 +333,9 @@ def price_rows(
     sources: set[str] = set()
     notes: set[str] = set()
     for done, ((model, device, engine, version, dtype, block, pool, prefill), rs) in enumerate(groups.items(), 1):
-        m, dev = catalog.model(model), catalog.device(device)
+        m, dev = model_spec(model), catalog.device(device)
+        if model != m.name:
+            notes.add(f"{model}: not in the catalog; priced from the config.json aiconfigurator-core ships for it")
         choice = silicon.kernels(dev, engine, version, tables, fp8_block=block)
         sources.add(choice.source)
         if choice.note:

@@ -192,6 +192,32 @@ def test_attention_dp_expert_parallel_pipeline_and_disaggregated_runs_are_priced
     assert any(g.group == "layout=tp1 dp8 ep8" for g in report.groups)
 
 
+def test_a_model_the_catalog_lacks_is_read_from_the_config_aiconfigurator_ships(tmp_path):
+    """The measured runs cover models the catalog does not name; where aiconfigurator-core ships the model's
+    Hugging Face config.json (and the importer reads its architecture) the run is priced from it and the report says
+    so. A new architecture is skipped naming its model_type; an id that is not org/name never becomes a path."""
+    from aitrinity.catalog import kernel_tables
+
+    f = tmp_path / "runs.csv"
+    runs = [
+        _row("minimax", "MiniMaxAI/MiniMax-M2.5", tp_size=8, moe_tp_size=8),
+        _row("qwen3.5", "Qwen/Qwen3.5-27B", tp_size=8),
+        _row("traversal", "../../../model_configs/Qwen--Qwen3-8B", tp_size=8),
+        _row("unknown", "acme/NoSuchModel-7B", tp_size=8),
+    ]
+    f.write_text("\n".join([",".join(HEADER), *runs]))
+    report = vs.validate(f, tables=False)
+    assert [(r.id, r.model) for r in report.runs] == [("minimax", "MiniMaxAI/MiniMax-M2.5")]
+    assert 0 < report.runs[0].tpot_predicted_s < 1
+    assert any("MiniMaxAI/MiniMax-M2.5: not in the catalog" in n for n in report.notes)
+    assert vs.model_spec("MiniMaxAI/MiniMax-M2.5").moe.num_experts == 256
+    reasons = {s.id: s.reason for s in report.skipped}
+    assert "model_type 'qwen3_5'" in reasons["qwen3.5"]
+    assert "nor a config.json" in reasons["traversal"] and "nor a config.json" in reasons["unknown"]
+    assert kernel_tables.shipped_model_config("../../../model_configs/Qwen--Qwen3-8B") is None
+    assert kernel_tables.shipped_model_config("Qwen/Qwen3-8B") is not None
+
+
 def test_a_block_scaled_fp8_run_is_priced_with_the_block_scaled_kernels(tmp_path):
     """DeepSeek-V3's runs name their precision fp8_block (128 x 128 weight scales): they run the block-scaled kernels,
     which on TensorRT-LLM are faster than its per-tensor fp8 GEMM at decode's few rows; the same run named fp8 keeps

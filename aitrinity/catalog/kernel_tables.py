@@ -101,6 +101,21 @@ def data_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
 
 
+_HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def shipped_model_config(hf_id: str) -> Path | None:
+    """The Hugging Face ``config.json`` the package ships for ``hf_id`` (``model_configs/<org>--<name>_config.json``),
+    or None: no such file, no package, or an id that is not ``org/name`` (nothing else becomes a path)."""
+    if not _HF_ID.fullmatch(hf_id) or ".." in hf_id:
+        return None
+    try:
+        path = data_root().parents[1] / "model_configs" / f"{hf_id.replace('/', '--', 1)}_config.json"
+    except SpecError:
+        return None
+    return path if path.is_file() else None
+
+
 def available() -> bool:
     try:
         data_root()
