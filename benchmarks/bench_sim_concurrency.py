@@ -13,9 +13,11 @@ agree within 10%.
 TTFT + TPOT of those rows (development data only).
 
 ``--rows`` prints every run instead (its layout and the three TTFT and TPOT figures), ``--engine`` keeps one engine's.
+``--by c|isl|osl|tp`` prints, per engine and value of that field, the median TTFT ratios simulated / analytic,
+measured / analytic and measured / simulated: where the two models part, and which the measured runs follow.
 
-    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--engine E] [--rows] [--fit]
-        [--json]
+    python benchmarks/bench_sim_concurrency.py [--csv FILE] [--every 10] [--rounds 10] [--engine E] [--rows]
+        [--by FIELD] [--fit] [--json]
 """
 
 from __future__ import annotations
@@ -42,11 +44,17 @@ from aitrinity.sim.serving import (
 from aitrinity.validate_serving import read_rows, row_layout
 
 ROOT = Path(__file__).resolve().parents[1]
+Tables = dict[tuple[str, str, str], Kernels]
+"""Kernels by (device, engine, version), read once per run."""
 COLUMNS = ("sim TTFT", "analytic TTFT", "measured TTFT", "sim TPOT", "analytic TPOT", "measured TPOT")
 
 
 def price(
-    rows: list, rounds: int, sched: dict[str, EngineScheduling], kernels: dict, runs: list[dict[str, Any]] | None = None
+    rows: list[Any],
+    rounds: int,
+    sched: dict[str, EngineScheduling],
+    kernels: Tables,
+    runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per engine, one row per run: the COLUMNS in seconds (``runs``, if given, collects each run's line for
     ``--rows``)."""
@@ -95,7 +103,7 @@ def summary(a: np.ndarray) -> dict[str, float]:
     }
 
 
-def fit(rows: list, rounds: int, spreads: list[float], kernels: dict) -> dict[str, float]:
+def fit(rows: list[Any], rounds: int, spreads: list[float], kernels: Tables) -> dict[str, float]:
     """Each engine's output spread: the grid value with the smallest sim-vs-measured MAPE(TTFT) + MAPE(TPOT)."""
     best: dict[str, tuple[float, float]] = {}
     for spread in spreads:
@@ -123,6 +131,32 @@ def _print_runs(runs: list[dict[str, Any]], as_json: bool) -> None:
         )
 
 
+def _print_by(runs: list[dict[str, Any]], field: str, as_json: bool) -> None:
+    groups: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    for x in runs:
+        sim, ana, meas = (x[k] for k in COLUMNS[:3])
+        groups.setdefault((x["engine"], x[field]), []).append((sim / ana, meas / ana, meas / sim))
+    out = [
+        {
+            "engine": e,
+            field: v,
+            "runs": len(g),
+            **dict(zip(RATIOS, np.median(np.array(g), axis=0).tolist(), strict=True)),
+        }
+        for (e, v), g in sorted(groups.items())
+    ]
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"| engine | {field} | runs | " + " | ".join(f"TTFT {r} (median)" for r in RATIOS) + " |")
+    print("|---" * (3 + len(RATIOS)) + "|")
+    for o in out:
+        print(f"| {o['engine']} | {o[field]} | {o['runs']} | " + " | ".join(f"{o[r]:.3f}" for r in RATIOS) + " |")
+
+
+RATIOS = ("sim / analytic", "measured / analytic", "measured / sim")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "validation" / "serving_h100_dense.csv"))
@@ -132,20 +166,24 @@ def main() -> None:
     ap.add_argument("--spreads", default="0,0.01,0.02,0.05,0.1,0.2", help="with --fit: the grid")
     ap.add_argument("--engine", help="only this engine's runs (trtllm, vllm, sglang)")
     ap.add_argument("--rows", action="store_true", help="print every run, not the summary")
+    ap.add_argument("--by", choices=("c", "isl", "osl", "tp"), help="median TTFT ratios by this field, per engine")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = read_rows(Path(args.csv))[0][:: args.every]  # the runs the model expresses (validate --serving's rule)
     rows = [r for r in rows if args.engine in (None, r.engine)]
-    kernels: dict[tuple, Kernels] = {}
+    kernels: Tables = {}
     start = time.perf_counter()
     if args.fit:
         for engine, spread in fit(rows, args.rounds, [float(x) for x in args.spreads.split(",")], kernels).items():
             print(f"{engine}: output_spread={spread:g}")
         return
-    runs: list[dict[str, Any]] | None = [] if args.rows else None
+    runs: list[dict[str, Any]] | None = [] if args.rows or args.by else None
     by_engine = price(rows, args.rounds, {e: scheduling(e) for e in {r.engine for r in rows}}, kernels, runs)
     if runs is not None:
-        _print_runs(runs, args.json)
+        if args.by:
+            _print_by(runs, args.by, args.json)
+        else:
+            _print_runs(runs, args.json)
         return
     out = {e: summary(a) for e, a in sorted(by_engine.items())}
     out["all"] = summary(np.concatenate(list(by_engine.values())))
