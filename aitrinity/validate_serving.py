@@ -30,7 +30,6 @@ import csv
 import dataclasses
 import functools
 import io
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -39,8 +38,8 @@ import numpy as np
 
 from aitrinity import catalog, silicon
 from aitrinity.catalog import kernel_tables
-from aitrinity.catalog.hf import from_hf_config
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
+from aitrinity.catalog.loader import hf_config_model
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.kernels import kernel_notes
@@ -280,13 +279,7 @@ def model_spec(name: str) -> ModelSpec:
         path = kernel_tables.shipped_model_config(name)
         if path is None:
             raise
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SpecError.at(path, f"not a readable JSON config ({e.__class__.__name__})") from None
-    if not isinstance(cfg, dict):
-        raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
-    return from_hf_config(cfg, name.split("/")[-1].lower(), str(path))
+    return hf_config_model(path, name.split("/")[-1].lower())
 
 
 def _pool(m: ModelSpec, raw: dict[str, str], prefix: str) -> _Pool:

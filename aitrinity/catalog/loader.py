@@ -167,21 +167,27 @@ def _exists(ref: str) -> bool:
         return False
 
 
+def hf_config_model(path: Path, name: str | None = None) -> ModelSpec:
+    """A model from a Hugging Face ``config.json``, named ``name`` or else after its ``_name_or_path`` or folder."""
+    from aitrinity.catalog.hf import from_hf_config
+
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SpecError.at(path, f"not a readable JSON config ({e.__class__.__name__})") from None
+    if not isinstance(cfg, dict):
+        raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
+    if name is None:
+        name = str(cfg.get("_name_or_path") or path.parent.name or path.stem).split("/")[-1].lower()
+    return from_hf_config(cfg, name, str(path))
+
+
 def load_file(kind: Kind, path: str | Path, cls: type[T]) -> T:
     p = Path(path)
     if not is_file(p):
         raise SpecError.at(path, f"no such {_SINGULAR[kind]} file")
     if kind == "models" and p.suffix == ".json":
-        from aitrinity.catalog.hf import from_hf_config
-
-        try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise SpecError.at(path, f"not a readable JSON config ({e.__class__.__name__})") from None
-        if not isinstance(cfg, dict):
-            raise SpecError.at(path, f"expected a JSON object, got {type(cfg).__name__}")
-        name = cfg.get("_name_or_path") or p.parent.name or p.stem
-        return from_hf_config(cfg, str(name).split("/")[-1].lower(), str(path))  # type: ignore[return-value]
+        return hf_config_model(p)  # type: ignore[return-value]
     data = read_yaml(p)
     if not isinstance(data, dict):  # said by its type: the file's text is not echoed back
         got = "an empty file" if data is None else f"a YAML {type(data).__name__}"
