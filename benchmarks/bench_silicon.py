@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ DEV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "serving_h
 GOALS = {"tables": (0.25, 0.15), "roofline": (None, 0.25)}
 
 
-def before(rows: list) -> list[tuple[float, float]]:
+def before(rows: list[Any]) -> list[tuple[float, float]]:
     """The static-batch estimate of each run: (TTFT, TPOT) in seconds."""
     out = []
     for r in rows:
@@ -73,18 +74,18 @@ def stats(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
     }
 
 
-def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
+def fit(rows: list[Any], tables: bool) -> dict[str, EngineProfile]:
     from scipy.optimize import minimize
 
     fitted = {}
     for engine in sorted({r.engine for r in rows}):
         mine = [r for r in rows if r.engine == engine]
-        groups: dict[tuple, list] = {}
+        groups: dict[tuple[Any, ...], list[Any]] = {}
         for r in mine:
             groups.setdefault((r.model, r.device, r.version, r.dtype, r.tp), []).append(r)
         prepared = []
         for (model, device, version, _, _), rs in groups.items():
-            dev, m, lay = catalog.device(device), catalog.model(model), vs.row_layout(rs[0])  # validate's layout
+            dev, m, lay = catalog.device(device), vs.model_spec(model), vs.row_layout(rs[0])  # validate's layout
             k = silicon.kernels(dev, engine, version, tables).kernels
             isl, osl = [r.isl for r in rs], [r.osl for r in rs]
             slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine))
@@ -95,8 +96,10 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
         # w_batch); sequence_overhead_s stays 0 on GPUs
         names = ("step_overhead_s", "request_overhead_s") if base.lockstep else FITTED
 
-        def loss(x: np.ndarray, prepared: list = prepared, base: EngineProfile = base, names: tuple = names) -> float:
-            v = dict(zip(names, x, strict=True))
+        def loss(
+            x: np.ndarray, prepared: list[Any] = prepared, base: EngineProfile = base, names: tuple[str, ...] = names
+        ) -> float:
+            v: dict[str, Any] = dict(zip(names, x, strict=True))
             if (x < 0).any() or v["step_overhead_s"] > 0.02 or v["request_overhead_s"] > 0.5:
                 return 1e9
             if v.get("prefill_steps", 1.0) < 1.0:  # its own step at least
@@ -112,7 +115,8 @@ def fit(rows: list, tables: bool) -> dict[str, EngineProfile]:
 
         x0 = np.array([getattr(base, n) for n in names], dtype=float)
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 600, "xatol": 1e-5, "fatol": 1e-4})
-        fitted[engine] = replace(base, **{n: float(v) for n, v in zip(names, res.x, strict=True)})
+        best: dict[str, Any] = {n: float(v) for n, v in zip(names, res.x, strict=True)}
+        fitted[engine] = replace(base, **best)
         print(f"fit {engine}: {fitted[engine]} loss {res.fun:.3f} ({len(mine)} runs)", file=sys.stderr)
     return fitted
 
