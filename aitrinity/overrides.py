@@ -12,9 +12,10 @@ Keys are either
   (``$3.50/h`` per device), ``power`` (``700W``) and ``flops`` (relative only).
   Each takes an absolute value or a relative one: ``x0.5`` (also ``*0.5``,
   ``×0.5``) or ``+50%`` / ``-20%``. ``flops_scale=K`` means ``flops=xK``;
-* shorthands: ``gpus`` for ``system.num_devices``; ``link`` for
-  ``inter_node_bandwidth`` when the value is a bandwidth, else for
-  ``system.inter_node_link``.
+* shorthands: ``gpus`` for ``system.num_devices``; ``model`` for ``workload.model`` (another model on the same
+  system and plan: ``model=qwen3-30b-a3b``); ``link`` for ``inter_node_bandwidth`` when the value is a bandwidth,
+  else for ``system.inter_node_link``. (Another device is ``trinity hardware compare``'s question: it changes the
+  links and node size with it.)
 
 Values are read as YAML scalars (``4`` is a number, ``true`` a boolean).
 """
@@ -70,6 +71,8 @@ def _is_bandwidth(value: str) -> bool:
 def _expand(o: Override) -> Override:
     if o.key == "gpus":
         return Override("system.num_devices", o.value)
+    if o.key == "model":
+        return Override("workload.model", o.value)
     if o.key == "link":
         return Override("inter_node_bandwidth" if _is_bandwidth(o.value) else "system.inter_node_link", o.value)
     return o
@@ -121,7 +124,8 @@ def split(overrides: Sequence[Override]) -> tuple[list[Override], list[Override]
             raise SpecError(
                 "--set",
                 o.key,
-                f"a scenario field (system.num_devices, plan.tp, ...) or one of gpus, link, {', '.join(QUANTITIES)}",
+                "a scenario field (system.num_devices, plan.tp, ...) or one of gpus, model, link, "
+                + ", ".join(QUANTITIES),
             )
     return fields, hardware
 

@@ -2,7 +2,7 @@ import pytest
 
 from aitrinity import api
 from aitrinity.cli.main import main
-from aitrinity.errors import SpecError
+from aitrinity.errors import SpecError, UnknownNameError
 
 BASE = "llama-70b-training-h100"
 
@@ -12,6 +12,13 @@ def test_scenario_fields_and_shorthands():
     assert r.system.num_devices == 512
     assert r.scenario.plan.zero == 2 and r.scenario.workload.training.global_batch == 1024
     assert r.scenario.plan.tp == 8  # untouched fields stay
+
+
+def test_another_model_on_the_same_system_and_plan():
+    r = api.resolve("llama-70b-serving-long-context", overrides=["model=qwen3-30b-a3b"])
+    assert r.model.name == "qwen3-30b-a3b" and r.scenario.plan.tp == 8 and r.system.num_devices == 8
+    with pytest.raises(UnknownNameError, match=r"workload\.model: unknown model 'no-such-model'"):
+        api.resolve(BASE, overrides=["model=no-such-model"])
 
 
 def test_link_by_bandwidth_or_by_name():

@@ -118,7 +118,7 @@ def _add_diagnose(sub: Any) -> None:
         metavar="KEY=VALUE",
         dest="overrides",
         help="what-if change, repeatable: a scenario field (plan.tp=4, system.num_devices=512) or "
-        "gpus=N, link=100Gbit/s, hbm_bandwidth=..., hbm_capacity=..., flops_scale=0.5",
+        "gpus=N, model=NAME, link=100Gbit/s, hbm_bandwidth=..., hbm_capacity=..., flops_scale=0.5",
     )
 
 
