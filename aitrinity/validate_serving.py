@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import io
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -39,14 +38,13 @@ import numpy as np
 from aitrinity import catalog, silicon
 from aitrinity.catalog import kernel_tables
 from aitrinity.catalog.kernel_tables import SYSTEM_OF_DEVICE
-from aitrinity.catalog.loader import hf_config_model
 from aitrinity.cost.concurrency import steady_state
 from aitrinity.cost.disaggregated import KVLink, Pool, disaggregated_steady_state
 from aitrinity.cost.kernels import kernel_notes
 from aitrinity.cost.kv_pool import kv_pool, kv_slots
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.operators import Layout, ScaleOut
-from aitrinity.errors import SpecError, TrinityError, UnknownNameError
+from aitrinity.errors import SpecError, TrinityError
 from aitrinity.spec.hardware import DeviceSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import check_tp_heads
@@ -225,7 +223,7 @@ def _parse(rid: str, raw: dict[str, str]) -> _Row:
     values = [float(raw[k]) for k in ("isl", "osl", "batch_size", "silicon_ttft_ms", "silicon_tpot_ms")]
     if not all(np.isfinite(values)) or min(values) <= 0:
         raise _Skip("a size or a measured time that is not a positive number")
-    m = model_spec(model)
+    m = catalog.model(model)
     if mode == "agg":
         pool, prefill = _pool(m, raw, ""), None
     else:
@@ -260,26 +258,13 @@ def _model_name(model_path: str) -> str:
     if kernel_tables.shipped_model_config(model_path) is None:
         raise _Skip(f"no catalog model for {model_path!r}, nor a config.json of it in aiconfigurator-core")
     try:
-        model_spec(model_path)
+        catalog.model(model_path)  # (from the shipped config)
     except SpecError as e:  # (a new architecture: the field and value say which, e.g. model_type 'qwen3_5')
         why = f"{e.field} {e.value!r}" if e.field else e.expected
         raise _Skip(
             f"{model_path!r}: aiconfigurator-core's config.json of it is not one the importer reads ({why})"
         ) from None
     return model_path
-
-
-@functools.cache
-def model_spec(name: str) -> ModelSpec:
-    """The model of a run named by :func:`_model_name`: the catalog's entry, or one read from the Hugging Face
-    ``config.json`` aiconfigurator-core ships for that id (named after it: ``Qwen3-8B`` -> ``qwen3-8b``)."""
-    try:
-        return catalog.model(name)
-    except UnknownNameError:
-        path = kernel_tables.shipped_model_config(name)
-        if path is None:
-            raise
-    return hf_config_model(path, name.split("/")[-1].lower())
 
 
 def _pool(m: ModelSpec, raw: dict[str, str], prefix: str) -> _Pool:
@@ -326,7 +311,7 @@ def price_rows(
     sources: set[str] = set()
     notes: set[str] = set()
     for done, ((model, device, engine, version, dtype, block, pool, prefill), rs) in enumerate(groups.items(), 1):
-        m, dev = model_spec(model), catalog.device(device)
+        m, dev = catalog.model(model), catalog.device(device)
         if model != m.name:
             notes.add(f"{model}: not in the catalog; priced from the config.json aiconfigurator-core ships for it")
         choice = silicon.kernels(dev, engine, version, tables, fp8_block=block)

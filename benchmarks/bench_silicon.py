@@ -85,7 +85,7 @@ def fit(rows: list[Any], tables: bool) -> dict[str, EngineProfile]:
             groups.setdefault((r.model, r.device, r.version, r.dtype, r.tp), []).append(r)
         prepared = []
         for (model, device, version, _, _), rs in groups.items():
-            dev, m, lay = catalog.device(device), vs.model_spec(model), vs.row_layout(rs[0])  # validate's layout
+            dev, m, lay = catalog.device(device), catalog.model(model), vs.row_layout(rs[0])  # validate's layout
             k = silicon.kernels(dev, engine, version, tables).kernels
             isl, osl = [r.isl for r in rs], [r.osl for r in rs]
             slots = kv_slots(m, lay, dev.memory_capacity_bytes, isl, osl, kv_pool(engine))

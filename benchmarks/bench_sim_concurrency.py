@@ -41,7 +41,7 @@ from aitrinity.sim.serving import (
     replay_benchmark,
     scheduling,
 )
-from aitrinity.validate_serving import model_spec, read_rows, row_layout
+from aitrinity.validate_serving import read_rows, row_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 Tables = dict[tuple[str, str, str], Kernels]
@@ -64,7 +64,7 @@ def price(
         key = (r.device, r.engine, r.version)
         if key not in kernels:
             kernels[key] = silicon.kernels(dev, r.engine, r.version).kernels
-        m, k, pool = model_spec(r.model), kernels[key], kv_pool(r.engine)
+        m, k, pool = catalog.model(r.model), kernels[key], kv_pool(r.engine)
         lay = row_layout(r)
         slots = kv_slots(m, lay, dev.memory_capacity_bytes, r.isl, r.osl, pool)
         ss = steady_state(m, k, lay, r.c, r.isl, r.osl, kv_slots=slots)

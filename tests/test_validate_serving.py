@@ -196,6 +196,7 @@ def test_a_model_the_catalog_lacks_is_read_from_the_config_aiconfigurator_ships(
     """The measured runs cover models the catalog does not name; where aiconfigurator-core ships the model's
     Hugging Face config.json (and the importer reads its architecture) the run is priced from it and the report says
     so. A new architecture is skipped naming its model_type; an id that is not org/name never becomes a path."""
+    from aitrinity import catalog
     from aitrinity.catalog import kernel_tables
 
     f = tmp_path / "runs.csv"
@@ -210,7 +211,7 @@ def test_a_model_the_catalog_lacks_is_read_from_the_config_aiconfigurator_ships(
     assert [(r.id, r.model) for r in report.runs] == [("minimax", "MiniMaxAI/MiniMax-M2.5")]
     assert 0 < report.runs[0].tpot_predicted_s < 1
     assert any("MiniMaxAI/MiniMax-M2.5: not in the catalog" in n for n in report.notes)
-    assert vs.model_spec("MiniMaxAI/MiniMax-M2.5").moe.num_experts == 256
+    assert catalog.model("MiniMaxAI/MiniMax-M2.5").moe.num_experts == 256
     reasons = {s.id: s.reason for s in report.skipped}
     assert "model_type 'qwen3_5'" in reasons["qwen3.5"]
     assert "nor a config.json" in reasons["traversal"] and "nor a config.json" in reasons["unknown"]

@@ -6,7 +6,8 @@ any measured run):
 
 * ``catalog``: a catalog entry names the id (a name, alias or ``hf_ids`` entry);
 * ``config``: the catalog does not, but the importer (:func:`aitrinity.catalog.hf.from_hf_config`) reads the shipped
-  config, so ``validate --serving`` prices the run from it and says so;
+  config, which :func:`aitrinity.catalog.model` then returns for that id (a scenario may name it; ``validate
+  --serving`` prices the run and says so);
 * ``neither``: an architecture the importer does not read (its ``model_type``), so such runs are skipped.
 
     python tools/model_coverage.py [--json]
@@ -25,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aitrinity import catalog
 from aitrinity.catalog import kernel_tables as kt
 from aitrinity.errors import SpecError, TrinityError
-from aitrinity.validate_serving import model_spec
 
 
 def coverage() -> dict[str, list[dict[str, str]]]:
@@ -42,7 +42,7 @@ def coverage() -> dict[str, list[dict[str, str]]]:
         except TrinityError:
             pass
         try:
-            out["config"].append({"id": hf_id, "name": model_spec(hf_id).name, "model_type": model_type})
+            out["config"].append({"id": hf_id, "name": catalog.model(hf_id).name, "model_type": model_type})
         except SpecError:
             out["neither"].append({"id": hf_id, "name": "", "model_type": model_type})
     return out

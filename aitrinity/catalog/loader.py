@@ -219,7 +219,24 @@ def tier(ref: str, base: Path | None = None) -> MemoryTierSpec:
 
 
 def model(ref: str, base: Path | None = None) -> ModelSpec:
-    return get("models", ref, ModelSpec, base)
+    """A model by catalog name, alias, Hugging Face id or file; else, with the ``[silicon]`` extra, one read from the
+    ``config.json`` aiconfigurator-core ships for that Hugging Face id (its ``source`` names the file): the package
+    knows more models than the catalog (``tools/model_coverage.py``)."""
+    try:
+        return get("models", ref, ModelSpec, base)
+    except UnknownNameError:
+        shipped = _shipped_model(ref.strip())
+        if shipped is None:
+            raise
+        return shipped
+
+
+@functools.cache
+def _shipped_model(hf_id: str) -> ModelSpec | None:
+    from aitrinity.catalog.kernel_tables import shipped_model_config
+
+    path = shipped_model_config(hf_id)
+    return None if path is None else hf_config_model(path, hf_id.split("/")[-1].lower())
 
 
 def dnn(ref: str, base: Path | None = None) -> DnnSpec:

@@ -133,6 +133,21 @@ def test_new_entries_match_the_configs_they_cite():
         ), name
 
 
+def test_a_model_aiconfigurator_ships_a_config_for_is_usable_by_its_id():
+    """With the [silicon] extra a scenario may name any model whose config.json aiconfigurator-core ships (the
+    importer reading its architecture); the spec's source names the file. Unknown ids are still one-line errors."""
+    from aitrinity import api
+
+    glm = catalog.model("zai-org/GLM-5")
+    assert glm.moe is not None and "aiconfigurator_core" in glm.source and glm.name == "glm-5"
+    r = api.resolve("llama-70b-serving-long-context", overrides=["model=MiniMaxAI/MiniMax-M2.5"])
+    assert r.model.name == "minimax-m2.5" and r.model.moe.num_experts == 256
+    with pytest.raises(UnknownNameError):
+        catalog.model("acme/NoSuchModel-7B")
+    with pytest.raises(SpecError, match="qwen3_5"):  # shipped, but an architecture the importer does not read
+        catalog.model("Qwen/Qwen3.5-27B")
+
+
 def test_unknown_names_suggest_the_closest():
     with pytest.raises(UnknownNameError) as e:
         catalog.model("llama-3.1-70")
