@@ -6,6 +6,8 @@
 - disk tier read (read + checksum) vs a plain sequential read of the same file (page cache warm for both); goal >= 50%
 - Redis tier get / put vs ``redis-benchmark`` (1 client, no pipelining, same value size); goal >= 50%
 - block-index lookups per second with 100k cached blocks; goal >= 1M blocks/s
+- the floor (``floor``): a put cut to its bare minimum in Python against its copy at 64 KiB, the copy into a frame's
+  payload offset and between 4K-aliased buffers, and an index insert at capacity by policy
 - CPU time-to-first-token with vs without reuse, tiny Llama (transformers), 90% shared prefix; goal >= 5x lower
 - TTFT against the share of the prompt reused (0-90%, memory tier): measured TTFT / no-reuse TTFT next to the
   prefill compute left by the cost model (``cost.kv_reuse.prefill_flops``, with a causal kernel and with the
@@ -28,13 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from numpy.typing import NDArray
 
 from aitrinity.cost.block_index import BlockIndex
-from aitrinity.systems.kvcache import BlockKeys, DiskTier, Keyer, KVStore, MemoryTier, RedisTier, TierConfig
+from aitrinity.systems.kvcache import BlockKeys, DiskTier, Keyer, KVStore, MemoryTier, RedisTier, TierConfig, frame
 
 MiB = 2**20
 KiB64 = 64 * 1024
@@ -228,6 +231,55 @@ def redis_tier(sizes: list[int], requests: int) -> list[dict[str, float]] | str:
         proc.wait()
 
 
+def put_floor(repeat: int, size: int = KiB64) -> dict[str, float]:
+    """What a put could cost in Python at all, against its copy: a put cut to its bare minimum (a spare buffer, the
+    header packed in place, one ``memoryview`` copy, an ``OrderedDict`` insert and LRU ``popitem``, the evicted
+    buffer kept; no pins, tiers, content index or eviction log); the same copy to a payload 40 bytes into its frame
+    (where a frame's payload lands) and between two ``malloc``-adjacent buffers (4K aliasing, the old reference);
+    and an index insert at capacity by policy. Microseconds."""
+    src = page_aligned(size, 7)
+    header = frame.HEADER
+    spare: list[bytearray] = []
+    order: OrderedDict[bytes, None] = OrderedDict()
+    held: dict[bytes, bytearray] = {}
+
+    def bare_put(key: bytes) -> None:
+        mv = src.data
+        buf = spare.pop() if spare else bytearray(size + frame.HEADER_BYTES)
+        header.pack_into(buf, 0, frame.MAGIC, frame.VERSION, 0, 0, key, size, 0)
+        memoryview(buf)[frame.HEADER_BYTES :] = mv
+        if len(order) >= 4:
+            old, _ = order.popitem(last=False)
+            spare.append(held.pop(old))
+        order[key] = None
+        held[key] = buf
+
+    it = iter(keys(300_000, "floor"))
+    out = {"bare_put_us": best(lambda: bare_put(next(it)), repeat) * 1e6}
+    frame_buf = bytearray(size + frame.HEADER_BYTES)
+    payload = memoryview(frame_buf)[frame.HEADER_BYTES :]
+
+    def copy_into_frame() -> None:
+        payload[:] = src.data
+
+    out["copy_into_frame_us"] = best(copy_into_frame, repeat) * 1e6
+    dst = page_aligned(size, 0)
+    out["copy_aligned_us"] = best(lambda: np.copyto(dst, src), repeat) * 1e6
+    raw = np.empty(2 * size + 8192 + 16, dtype=np.uint8)  # dst 16 bytes past src modulo 4 KiB
+    a = -raw.ctypes.data % 4096
+    near_src, near_dst = raw[a : a + size], raw[a + size + 4096 + 16 : a + 2 * size + 4096 + 16]
+    out["copy_4k_aliased_us"] = best(lambda: np.copyto(near_dst, near_src), repeat) * 1e6
+    for policy in ("lru", "lfu", "cost"):
+        ix = BlockIndex(4 * size, policy)
+        kit = iter(keys(300_000, policy))
+
+        def insert(ix: BlockIndex = ix, kit: Iterator[bytes] = kit) -> None:
+            ix.insert(next(kit), size)
+
+        out[f"index_insert_{policy}_us"] = best(insert, repeat) * 1e6
+    return out
+
+
 def index_lookups(blocks: int = 100_000, prompt_blocks: int = 64) -> dict[str, float]:
     ix = BlockIndex(None)
     ks = keys(blocks)
@@ -352,7 +404,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
-        "--skip", default="", help="comma-separated sections to skip: memory,disk,redis,index,ttft,ttft_sweep"
+        "--skip", default="", help="comma-separated sections to skip: memory,disk,redis,index,floor,ttft,ttft_sweep"
     )
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -372,6 +424,7 @@ def main() -> None:
             ),
         ),
         ("index", index_lookups),
+        ("floor", lambda: put_floor(repeat)),
         ("ttft", lambda: ttft(2560, 0.9, 3 if a.quick else 7)),
         ("ttft_sweep", lambda: ttft_sweep(2560, [0.0, 0.2, 0.4, 0.6, 0.8, 0.9], 3 if a.quick else 7)),
     ]
