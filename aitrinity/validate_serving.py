@@ -19,7 +19,9 @@ Pipeline parallelism is priced as ``trinity diagnose`` prices it at a fixed conc
 stage, so a step is the whole model on one TP group (PP adds capacity, not speed).
 
 The kernels are those :mod:`aitrinity.silicon` chooses (the measured tables with ``[silicon]``, else the
-catalog roofline). Rows the model cannot express (an unknown model or GPU, a MoE split that does not fit the
+catalog roofline). A run's model is the catalog's, or with ``[silicon]`` the one read from the ``config.json``
+aiconfigurator-core ships for its id (:func:`aitrinity.catalog.model`; said in the notes). Rows the model cannot
+express (a model neither describes, an unknown GPU, a MoE split that does not fit the
 GPUs or the experts, a disaggregated run without its pools) are counted and listed with the reason, never
 silently dropped.
 """

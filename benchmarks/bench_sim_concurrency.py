@@ -131,6 +131,10 @@ def _print_runs(runs: list[dict[str, Any]], as_json: bool) -> None:
         )
 
 
+RATIOS = ("sim / analytic", "measured / analytic", "measured / sim")
+"""The TTFT ratios ``--by`` prints."""
+
+
 def _print_by(runs: list[dict[str, Any]], field: str, as_json: bool) -> None:
     groups: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for x in runs:
@@ -152,9 +156,6 @@ def _print_by(runs: list[dict[str, Any]], field: str, as_json: bool) -> None:
     print("|---" * (3 + len(RATIOS)) + "|")
     for o in out:
         print(f"| {o['engine']} | {o[field]} | {o['runs']} | " + " | ".join(f"{o[r]:.3f}" for r in RATIOS) + " |")
-
-
-RATIOS = ("sim / analytic", "measured / analytic", "measured / sim")
 
 
 def main() -> None:
