@@ -139,3 +139,18 @@ def test_format_states_convention():
     assert units.format_money(1234.5) == "$1,234"
     assert units.format_energy(7.2e6) == "2 kWh"
     assert units.format_count(70.55e9) == "70.5B"
+
+
+def test_resolved_quantities_carry_their_unit_in_their_name():
+    """DESIGN's convention: a resolved figure is SI and says its unit (``power_per_device_W``, the device's
+    ``price_per_hour_usd``); a scenario's input field takes a quantity with its unit in the value ("$2/h", "700W")."""
+    from aitrinity.spec.hardware import DeviceSpec, LinkSpec, MemoryTierSpec
+    from aitrinity.spec.scenario import System
+
+    units_ = ("_usd", "_W", "_Bps", "_s", "_bytes")
+    dimensionless = {"overlap_fraction", "comm_sm_share", "usable_memory_fraction", "efficiency"}
+    for cls in (System, DeviceSpec, LinkSpec, MemoryTierSpec):
+        for name, field in cls.model_fields.items():
+            scalar = "float" in str(field.annotation) and not str(field.annotation).startswith("dict")
+            if scalar and name not in dimensionless:
+                assert name.endswith(units_), f"{cls.__name__}.{name}"

@@ -303,7 +303,7 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
             "overlap_fraction": s.overlap_fraction,
             "comm_sm_share": s.comm_sm_share,
             "usable_memory_fraction": s.usable_memory_fraction,
-            "price_per_device_hour": s.price_per_device_hour,
+            "price_per_device_hour_usd": s.price_per_device_hour,
             "power_per_device_W": s.power_per_device,
             "efficiency": s.efficiency,
             "engine": s.engine,

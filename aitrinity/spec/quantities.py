@@ -81,7 +81,7 @@ def _power_get(system: System) -> float | None:
 
 
 def _price_put(system: System, value: float) -> System:
-    return system.model_copy(update={"price_per_device_hour": value})
+    return system.model_copy(update={"price_per_device_hour_usd": value})
 
 
 def _power_put(system: System, value: float) -> System:

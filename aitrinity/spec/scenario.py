@@ -85,7 +85,7 @@ class System(Spec):
     comm_sm_share: float = Field(default=0.0, ge=0.0, lt=1.0)
     """See :attr:`SystemInput.comm_sm_share`."""
     usable_memory_fraction: Fraction = 0.95
-    price_per_device_hour: float | None = None
+    price_per_device_hour_usd: float | None = None
     power_per_device_W: float | None = None
     efficiency: Efficiency | None = None
     engine: str = "generic"
@@ -153,8 +153,8 @@ class System(Spec):
     @property
     def price_per_hour_usd(self) -> float | None:
         """Price of one device-hour (scenario override, else the catalog's)."""
-        if self.price_per_device_hour is not None:
-            return self.price_per_device_hour
+        if self.price_per_device_hour_usd is not None:
+            return self.price_per_device_hour_usd
         return self.device.price_per_hour_usd
 
     @property
