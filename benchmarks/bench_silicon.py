@@ -12,12 +12,17 @@ Prices every run of a measured serving CSV (default: ``../shared/validation/serv
 and prints MAPE, median error and the share within 15% for TTFT and TPOT next to the issue's goals
 (TPOT MAPE <= 15% and TTFT <= 25% with tables; TPOT <= 25% without).
 
+``--rates`` adds, per engine and model, the closed loop's request and output-token rates (Little's law:
+``c / (TTFT + (osl - 1) TPOT)`` requests per second, measured and as priced with the tables) of the runs whose rates
+come highest, measured: where the measured runs stop rising while the priced ones go on, the server has a ceiling
+the model does not (docs/silicon.md, "A ceiling on the host side").
+
 ``--fit`` re-fits the engine profiles (:data:`aitrinity.cost.concurrency.ENGINE_PROFILES`: the per-step
 host overhead, the three scheduling weights and the per-request overhead, the only fitted constants) on
 this file by Nelder-Mead on ``MAPE(TPOT) + MAPE(TTFT)`` per engine, and prints them; they are pasted into
 the code by hand. Fit on the development file only.
 
-    python benchmarks/bench_silicon.py [--csv FILE] [--fit] [--json]
+    python benchmarks/bench_silicon.py [--csv FILE] [--fit] [--rates [N]] [--json]
 """
 
 from __future__ import annotations
@@ -121,10 +126,72 @@ def fit(rows: list[Any], tables: bool) -> dict[str, EngineProfile]:
     return fitted
 
 
+def closed_loop_rates(c: float, osl: float, ttft_s: float, tpot_s: float) -> tuple[float, float]:
+    """Requests and output tokens per second of ``c`` closed-loop clients (Little's law; no think time)."""
+    per_s = c / (ttft_s + (osl - 1) * tpot_s)
+    return per_s, per_s * osl
+
+
+def rates(priced: list[Any], top: int) -> list[dict[str, Any]]:
+    """Per engine and model, its ``top`` runs by measured output tokens per second: both rates measured and priced,
+    and TTFT measured over priced."""
+    out = []
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for p in priced:
+        groups.setdefault((p.engine, p.model), []).append(p)
+    for (engine, model), ps in sorted(groups.items()):
+        scored = []
+        for p in ps:
+            m_req, m_tok = closed_loop_rates(p.concurrency, p.osl, p.ttft_measured_s, p.tpot_measured_s)
+            p_req, p_tok = closed_loop_rates(p.concurrency, p.osl, p.ttft_predicted_s, p.tpot_predicted_s)
+            scored.append((m_tok, m_req, p_tok, p_req, p))
+        scored.sort(key=lambda t: -t[0])
+        for m_tok, m_req, p_tok, p_req, p in scored[:top]:
+            out.append(
+                {
+                    "engine": engine,
+                    "model": model,
+                    "tp": p.tp,
+                    "c": p.concurrency,
+                    "isl": p.isl,
+                    "osl": p.osl,
+                    "requests_per_s": {"measured": m_req, "priced": p_req},
+                    "output_tokens_per_s": {"measured": m_tok, "priced": p_tok},
+                    "ttft_measured_over_priced": p.ttft_measured_s / p.ttft_predicted_s,
+                    "tpot_measured_over_priced": p.tpot_measured_s / p.tpot_predicted_s,
+                }
+            )
+    return out
+
+
+def print_rates(table: list[dict[str, Any]]) -> None:
+    print("\nclosed-loop rates, the runs with the highest measured output tokens/s per engine and model (tables):")
+    print(
+        f"{'engine':7s} {'model':24s} {'tp':>3s} {'c':>4s} {'isl':>5s} {'osl':>5s}   {'req/s meas':>10s} "
+        f"{'priced':>7s}   {'tok/s meas':>10s} {'priced':>7s}   TTFT m/p  TPOT m/p"
+    )
+    for r in table:
+        rq, tk = r["requests_per_s"], r["output_tokens_per_s"]
+        print(
+            f"{r['engine']:7s} {r['model']:24s} {r['tp']:3d} {r['c']:4d} {r['isl']:5d} {r['osl']:5d}   "
+            f"{rq['measured']:10.1f} {rq['priced']:7.1f}   {tk['measured']:10,.0f} {tk['priced']:7,.0f}   "
+            f"{r['ttft_measured_over_priced']:8.2f} {r['tpot_measured_over_priced']:9.2f}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEV)
     ap.add_argument("--fit", action="store_true", help="re-fit the engine profiles on this file (development only)")
+    ap.add_argument(
+        "--rates",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        metavar="N",
+        help="also the closed-loop rates of each engine and model's N fastest runs (default 8)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from aitrinity.catalog import kernel_tables
@@ -146,17 +213,18 @@ def main() -> int:
     b = np.array(before(rows))
     report["before"] = {"ttft": stats(b[:, 0], meas_ttft), "tpot": stats(b[:, 1], meas_tpot)}
     seconds = {"before": time.perf_counter() - t0}
-    by_id = {r.id: r for r in rows}
+    rate_table: list[dict[str, Any]] = []
     for name, tables in (("roofline", False), ("tables", True)):
         t0 = time.perf_counter()
         priced, sources, _ = vs.price_rows(rows, tables)
+        if tables and args.rates:
+            rate_table = rates(priced, args.rates)
         seconds[name] = time.perf_counter() - t0
         order = {p.id: p for p in priced}
         pt = np.array([order[r.id].ttft_predicted_s for r in rows])
         pp = np.array([order[r.id].tpot_predicted_s for r in rows])
         report[name] = {"ttft": stats(pt, meas_ttft), "tpot": stats(pp, meas_tpot)}
         report[name]["sources"] = {"kernels": ", ".join(sources)}  # type: ignore[dict-item]
-    del by_id
     if args.json:
         print(
             json.dumps(
@@ -166,6 +234,7 @@ def main() -> int:
                     "skipped": len(skipped),
                     "report": report,
                     "seconds": seconds,
+                    "rates": rate_table,
                 },
                 indent=2,
             )
@@ -182,6 +251,8 @@ def main() -> int:
             f"{name:10s} {t['mape']:10.1%} {t['median']:+8.1%} {t['within_15']:6.0%}   {p['mape']:10.1%} "
             f"{p['median']:+8.1%} {p['within_15']:6.0%}   {g:24s}  {seconds[name]:.1f}"
         )
+    if rate_table:
+        print_rates(rate_table)
     return 0
 
 
