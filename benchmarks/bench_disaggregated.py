@@ -51,7 +51,7 @@ def run(rounds: int) -> list[dict[str, Any]]:
             max_batch=c,
             step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
         )
-        loop = ClosedLoop(c, isl, osl, rounds * c, prof.request_overhead_s, sched.output_spread)
+        loop = ClosedLoop(c, isl, osl, rounds * c, prof.request_overhead_s, sched.output_spread_tokens)
         sim = simulate_closed_loop(m, cfg, loop)
         t2 = time.perf_counter()
         out.append(

@@ -9,8 +9,8 @@ mixed or separate prefill iterations, first-token lag, output spread), the analy
 MAPE between the two and against the measured TTFT and TPOT, and the share of rows where simulation and analytic
 agree within 10%.
 
-``--fit`` chooses each engine's ``output_spread`` from ``--spreads`` by the simulation's MAPE against the measured
-TTFT + TPOT of those rows (development data only).
+``--fit`` chooses each engine's ``output_spread_tokens`` from ``--spreads`` (in tokens) by the simulation's MAPE
+against the measured TTFT + TPOT of those rows (development data only).
 
 ``--rows`` prints every run instead (its layout and the three TTFT and TPOT figures), ``--engine`` keeps one engine's.
 ``--by c|isl|osl|tp`` prints, per engine and value of that field, the median TTFT ratios simulated / analytic,
@@ -104,13 +104,14 @@ def summary(a: np.ndarray) -> dict[str, float]:
 
 
 def fit(rows: list[Any], rounds: int, spreads: list[float], kernels: Tables) -> dict[str, float]:
-    """Each engine's output spread: the grid value with the smallest sim-vs-measured MAPE(TTFT) + MAPE(TPOT)."""
+    """Each engine's output spread in tokens: the grid value with the smallest sim-vs-measured MAPE(TTFT) +
+    MAPE(TPOT)."""
     best: dict[str, tuple[float, float]] = {}
     for spread in spreads:
-        sched = {e: dataclasses.replace(scheduling(e), output_spread=spread) for e in {r.engine for r in rows}}
+        sched = {e: dataclasses.replace(scheduling(e), output_spread_tokens=spread) for e in {r.engine for r in rows}}
         for engine, a in price(rows, rounds, sched, kernels).items():
             loss = mape(a[:, 0], a[:, 2]) + mape(a[:, 3], a[:, 5])
-            print(f"fit {engine}: output_spread {spread:g} -> loss {loss:.3f}", file=sys.stderr)
+            print(f"fit {engine}: output_spread_tokens {spread:g} -> loss {loss:.3f}", file=sys.stderr)
             if engine not in best or loss < best[engine][1]:
                 best[engine] = (spread, loss)
     return {e: s for e, (s, _) in sorted(best.items())}
@@ -164,7 +165,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=10, help="requests per client")
     ap.add_argument("--fit", action="store_true", help="choose each engine's output spread (development data only)")
-    ap.add_argument("--spreads", default="0,0.01,0.02,0.05,0.1,0.2", help="with --fit: the grid")
+    ap.add_argument("--spreads", default="0,4,8,16,32,64", help="with --fit: the grid, in tokens")
     ap.add_argument("--engine", help="only this engine's runs (trtllm, vllm, sglang)")
     ap.add_argument("--rows", action="store_true", help="print every run, not the summary")
     ap.add_argument("--by", choices=("c", "isl", "osl", "tp"), help="median TTFT ratios by this field, per engine")
@@ -176,7 +177,7 @@ def main() -> None:
     start = time.perf_counter()
     if args.fit:
         for engine, spread in fit(rows, args.rounds, [float(x) for x in args.spreads.split(",")], kernels).items():
-            print(f"{engine}: output_spread={spread:g}")
+            print(f"{engine}: output_spread_tokens={spread:g}")
         return
     runs: list[dict[str, Any]] | None = [] if args.rows or args.by else None
     by_engine = price(rows, args.rounds, {e: scheduling(e) for e in {r.engine for r in rows}}, kernels, runs)

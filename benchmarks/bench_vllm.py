@@ -218,7 +218,7 @@ def predict(
         step_time=OperatorStep(m, k, lay, eng.step_overhead_s, eng.sequence_overhead_s),
     )
     out = {"ttft_analytic_s": float(ss.ttft_s), "tpot_analytic_s": float(ss.tpot_s)}
-    for name, spread in (("sim", 0.0), ("sim_gpu_spread", s.output_spread)):
+    for name, spread in (("sim", 0.0), ("sim_gpu_spread", s.output_spread_tokens)):
         sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, c * rounds, eng.request_overhead_s, spread))
         out[f"ttft_{name}_s"], out[f"tpot_{name}_s"] = sim.ttft_s.mean, sim.tpot_s.mean
     return out

@@ -397,7 +397,7 @@ def _serving(args: argparse.Namespace) -> int:
                 "token_budget": cfg.token_budget,
                 "mixed_batches": cfg.mixed_batches,
                 "first_token_lag": cfg.first_token_lag,
-                "output_spread": closed.output_spread if closed is not None else None,
+                "output_spread_tokens": closed.output_spread_tokens if closed is not None else None,
             }
         if steady is not None:
             out["analytic_steady_state"] = steady
@@ -489,7 +489,7 @@ def _closed_loop(args: argparse.Namespace) -> ClosedLoop | None:
         return None
     engine = args.engine or "generic"
     total = args.requests or 10 * args.concurrency
-    spread = scheduling(engine).output_spread
+    spread = scheduling(engine).output_spread_tokens
     return ClosedLoop(args.concurrency, args.isl, args.osl, total, profile(engine).request_overhead_s, spread)
 
 
@@ -579,7 +579,7 @@ def _print_closed(args: argparse.Namespace, r: ServingSimResult, steady: dict[st
     )
     print(
         f"  {engine} scheduling: {args.token_budget or s.token_budget:,} tokens per iteration, {batches}, "
-        f"first token {s.first_token_lag} iteration(s) late, output lengths +-{s.output_spread:.0%}"
+        f"first token {s.first_token_lag} iteration(s) late, output lengths +-{s.output_spread_tokens:g} tokens"
     )
     print(
         f"  simulated: TTFT mean {t(r.ttft_s.mean)} (p50 {t(r.ttft_s.p50)}, p90 {t(r.ttft_s.p90)}), "

@@ -23,7 +23,7 @@ Engine scheduling (:class:`EngineScheduling`, per engine with ``--engine``): ``m
 iteration that has prompt work without decodes (SGLang's default), admitting only while a KV slot stays free for
 every running request's next token; ``first_token_lag`` holds a first token back that many iterations (an overlap
 scheduler returns iteration n's output while n + 1 runs; TPOT counts from when the token was computed); a closed
-loop's ``output_spread`` draws each request's output length around the benchmark's.
+loop's ``output_spread_tokens`` draws each request's output length around the benchmark's.
 
 Fast-forward (``fast_forward``, the default): most iterations are pure decode steps of an unchanged
 batch -- nothing to admit, no prompt chunk, nobody finishing, KV room for every token. When an iteration
@@ -150,9 +150,13 @@ class ClosedLoop:
     output_tokens: int
     requests: int
     request_overhead_s: float = 0.0
-    output_spread: float = 0.0
-    """Each request asks for ``output_tokens`` x (1 + u), u uniform in [-spread, spread] (seeded; mean kept). Even
-    a few percent lets clients drift apart instead of finishing in the same iteration round after round."""
+    output_spread_tokens: float = 0.0
+    """Each request asks for ``output_tokens + u`` tokens (rounded), ``u`` uniform in [-spread, spread], the spread
+    at most ``output_tokens - 1`` (seeded; mean kept; a one-token output stays one token). Even a few tokens let
+    clients drift apart instead of finishing in the same iteration round after round. In tokens, not a share of the
+    length: the jitter that breaks the waves need not grow with the output, and a share of it did grow -- clients
+    drifted further apart at 512 output tokens than at 128, and the simulated TTFT fell with the length where the
+    measured runs' stays flat (docs/simulation.md)."""
 
 
 @dataclass(frozen=True)
@@ -219,16 +223,17 @@ class EngineScheduling:
     TensorRT-LLM's ``max_num_tokens``, SGLang's ``chunked_prefill_size`` on an 80 GB GPU: 8192 each)."""
     mixed_batches: bool = True
     first_token_lag: int = 0
-    output_spread: float = 0.0
+    output_spread_tokens: float = 0.0
     """Fitted (``benchmarks/bench_sim_concurrency.py --fit``): what keeps the measured runs' clients from moving in
     lock-step is not known; the simulator gives it as a spread of output lengths (:class:`ClosedLoop`)."""
 
 
-OUTPUT_SPREAD: dict[str, float] = {"trtllm": 0.1, "vllm": 0.2, "sglang": 0.0, "generic": 0.1}
-"""Fitted on ``serving_h100_dense.csv`` only (``benchmarks/bench_sim_concurrency.py --fit``)."""
+OUTPUT_SPREAD_TOKENS: dict[str, float] = {"trtllm": 24.0, "vllm": 32.0, "sglang": 0.0, "generic": 24.0}
+"""Fitted on ``serving_h100_dense.csv`` only (``benchmarks/bench_sim_concurrency.py --every 5 --fit --spreads
+0,4,8,12,16,20,24,32,40,48,64``, 2026-12-07); ``generic`` takes TensorRT-LLM's."""
 
 ENGINE_SCHEDULING: dict[str, EngineScheduling] = {
-    e: EngineScheduling(int(p.token_budget), p.mixed_batches, p.first_token_lag, OUTPUT_SPREAD[e])
+    e: EngineScheduling(int(p.token_budget), p.mixed_batches, p.first_token_lag, OUTPUT_SPREAD_TOKENS[e])
     for e, p in ENGINE_PROFILES.items()
 }
 """Each engine's token budget, mixed or separate prefill iterations and first-token lag are its
@@ -451,8 +456,9 @@ class _Engine:
         closed = self.closed
         assert closed is not None
         o = max(closed.output_tokens, 1)
-        if closed.output_spread > 0:
-            o = max(round(o * (1.0 + closed.output_spread * (2.0 * float(self.sim.rng.random()) - 1.0))), 1)
+        spread = min(closed.output_spread_tokens, o - 1)  # never below one token, so the mean is kept
+        if spread > 0:
+            o = round(o + spread * (2.0 * float(self.sim.rng.random()) - 1.0))
         r = _Req(len(self.reqs), at, max(closed.prompt_tokens, 1), o, o, full=self.cfg.reserve_output)
         self.reqs.append(r)
         mean = closed.request_overhead_s
@@ -877,5 +883,5 @@ def replay_benchmark(
         max_batch=max(clients, 1),
         step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
     )
-    loop = ClosedLoop(clients, isl, osl, clients * rounds, prof.request_overhead_s, sched.output_spread)
+    loop = ClosedLoop(clients, isl, osl, clients * rounds, prof.request_overhead_s, sched.output_spread_tokens)
     return simulate_closed_loop(m, cfg, loop)

@@ -30,7 +30,7 @@ def test_simulate_serving_schedules_as_the_engine_does(capsys):
         "token_budget": 8192,
         "mixed_batches": False,
         "first_token_lag": 1,
-        "output_spread": 0.0,
+        "output_spread_tokens": 0.0,
     }
     assert main([*args, "--engine", "vllm", "--token-budget", "512"]) == 0
     sched = json.loads(capsys.readouterr().out)["scheduling"]

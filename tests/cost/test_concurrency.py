@@ -168,7 +168,7 @@ def test_sglang_replays_its_waves_and_the_simulator_schedules_as_the_profile_say
             prof.first_token_lag,
         )
     assert ENGINE_PROFILES["sglang"].lockstep and not ENGINE_PROFILES["sglang"].mixed_batches
-    assert scheduling("sglang").output_spread == 0.0  # lock-step in the simulator too
+    assert scheduling("sglang").output_spread_tokens == 0.0  # lock-step in the simulator too
 
 
 def test_clients_beyond_the_kv_slots_wait_for_one(setup):

@@ -87,6 +87,6 @@ def test_the_estimate_agrees_with_the_simulator(m, k, p, d, c, isl, osl):
         max_batch=c,
         step_time=OperatorStep(m, k, lay, prof.step_overhead_s),
     )
-    sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 10 * c, prof.request_overhead_s, 0.2))
+    sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, 10 * c, prof.request_overhead_s, 0.2 * osl))
     assert sim.ttft_s.mean == pytest.approx(float(est.ttft_s), rel=0.15)
     assert sim.tpot_s.mean == pytest.approx(float(est.tpot_s), rel=0.05)
