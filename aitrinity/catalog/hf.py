@@ -6,6 +6,7 @@ gemma2, gemma3 / gemma3_text (the text model; local and global attention layers)
 alternating sliding-window layers; attention sinks not counted), opt, gpt2, deepseek_v2, deepseek_v3 and
 kimi_k2 (DeepSeek-V3's architecture and keys; deepseek_v32 and GLM-5's glm_moe_dsa add DeepSeek Sparse Attention's
 indexer), kimi_k25 (Kimi-K2.5 and its successors: Kimi-K2's text model in ``text_config`` beside a vision tower),
+qwen3_vl / qwen3_vl_moe (Qwen3-VL: a Qwen3 / Qwen3-MoE text model in ``text_config``),
 llama4 / llama4_text (the text model: interleaved MoE layers with a
 shared expert, chunked local attention as a sliding window) and minimax_m2 (GQA, 256 routed experts with a routing
 bias). Vision towers are not counted.
@@ -22,6 +23,10 @@ from aitrinity.spec.model import ModelSpec
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa")
 _LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", *_DEEPSEEK}
 _GEMMA = {"gemma2", "gemma3", "gemma3_text"}
+_VISION_WRAPPED: dict[str, str | None] = {"kimi_k25": None, "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
+"""A vision-language wrapper -> the architecture of the text model in its ``text_config`` (None: the text config
+names its own, Kimi-K2's ``kimi_k2``). Qwen3-VL's text model is Qwen3's (dense or MoE) layer for layer: its
+interleaved multimodal RoPE and DeepStack visual inputs act only on image and video tokens."""
 
 
 def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
@@ -33,14 +38,15 @@ def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
 def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """Map a transformers config dict to our schema (pure; the caller reads the file)."""
     mtype = cfg.get("model_type")
-    if mtype == "kimi_k25":  # the text model is Kimi-K2's (DeepSeek-V3's keys); its quantization may sit outside it
+    if mtype in _VISION_WRAPPED:  # the text model sits in text_config; its quantization and tying may sit outside
         text = cfg.get("text_config")
         if not isinstance(text, dict):
-            raise SpecError("text_config", text, "the text model's config (kimi_k25)", source=where)
-        quant = cfg.get("quantization_config", text.get("quantization_config"))
-        return from_hf_config(
-            {**text, "quantization_config": quant, "_name_or_path": cfg.get("_name_or_path")}, name, where
-        )
+            raise SpecError("text_config", text, f"the text model's config ({mtype})", source=where)
+        outer: dict[str, Any] = {
+            k: cfg[k] for k in ("quantization_config", "tie_word_embeddings", "_name_or_path") if k in cfg
+        }
+        inner = _VISION_WRAPPED[mtype]
+        return from_hf_config({**outer, **text, **({"model_type": inner} if inner else {})}, name, where)
     if mtype in _LLAMA_LIKE:
         data = _llama_like(cfg, mtype, where)
     elif mtype == "opt":
@@ -57,7 +63,10 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
         data = _minimax_m2(cfg, where)
     else:
         known = sorted(
-            _LLAMA_LIKE | _GEMMA | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2", "kimi_k25"}
+            _LLAMA_LIKE
+            | _GEMMA
+            | set(_VISION_WRAPPED)
+            | {"gpt_oss", "opt", "gpt2", "llama4", "llama4_text", "minimax_m2"}
         )
         raise SpecError("model_type", mtype, f"one of {known}", source=where)
     data.update(name=name, source=f"Hugging Face config ({where})", hf_ids=[cfg.get("_name_or_path") or name])

@@ -240,3 +240,31 @@ def test_sparse_attention_models_count_their_indexer(stem, total):
     c = m.mla
     per_layer = c.q_lora_rank * c.index_heads * c.index_head_dim + m.hidden_size * (c.index_head_dim + c.index_heads)
     assert count(m).total - count(dense).total == m.num_layers * (per_layer + 2 * c.index_head_dim)
+
+
+@pytest.mark.parametrize(
+    "stem, text_model",
+    [
+        ("Qwen--Qwen3-VL-8B-Instruct", "qwen3-8b"),
+        ("Qwen--Qwen3-VL-32B-Instruct", "qwen3-32b"),
+        ("Qwen--Qwen3-VL-30B-A3B-Instruct", "qwen3-30b-a3b"),
+        ("Qwen--Qwen3-VL-235B-A22B-Instruct", "qwen3-235b-a22b"),
+    ],
+)
+def test_qwen3_vl_reads_its_text_model_as_qwen3(stem, text_model):
+    """Qwen3-VL (qwen3_vl, qwen3_vl_moe): the text model in ``text_config`` is Qwen3's of the same size, layer for
+    layer; the vision tower is not counted."""
+    vl, entry = from_hf_config(_shipped(stem), "vl"), catalog.model(text_model)
+    fields = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "dim_head", "intermediate_size", "moe")
+    assert [getattr(vl, f) for f in fields] == [getattr(entry, f) for f in fields]
+    assert count(vl).total == count(entry).total and vl.max_seq_len == 262144
+
+
+def test_a_vision_wrappers_outer_keys_reach_its_text_model():
+    """Tied embeddings and quantization may sit outside ``text_config`` (Qwen3-VL-2B ties them at both levels)."""
+    cfg = _shipped("Qwen--Qwen3-VL-2B-Instruct")
+    assert from_hf_config(cfg, "vl").tie_embeddings
+    text = {k: v for k, v in cfg["text_config"].items() if k != "tie_word_embeddings"}
+    assert from_hf_config({**cfg, "text_config": text}, "vl").tie_embeddings  # the outer key alone
+    with pytest.raises(SpecError, match="text_config"):
+        from_hf_config({"model_type": "qwen3_vl"}, "vl")
