@@ -295,6 +295,7 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
             "device": dev,
             "num_devices": s.num_devices,
             "devices_per_node": s.devices_per_node or dev.typical_devices_per_node,
+            "devices_per_host": _devices_per_host(s, dev),
             "intra_node_link": intra,
             "inter_node_link": inter,
             "host_link": host_link,
@@ -311,6 +312,16 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
         },
         "system",
     )
+
+
+def _devices_per_host(s: SystemInput, dev: DeviceSpec) -> int | None:
+    """The scenario's, else the device's where its host is smaller than the node the scenario gives (a scenario
+    that makes the node a host -- ``devices_per_node: 8`` on a TPU -- keeps it one)."""
+    if s.devices_per_host is not None:
+        return s.devices_per_host
+    node = s.devices_per_node or dev.typical_devices_per_node
+    typical = dev.typical_devices_per_host
+    return typical if typical is not None and typical < node else None
 
 
 def _field(field: str, fn: Callable[[], T]) -> T:

@@ -138,6 +138,10 @@ class DeviceSpec(Spec):
     typical_devices_per_node: int = Field(default=8, gt=0)
     """Devices that share the scale-up domain (``typical_intra_node_link``): 8 on an HGX board, 72 in an NVL72
     rack. A scenario's ``system.devices_per_node`` defaults to it."""
+    typical_devices_per_host: int | None = Field(default=None, gt=0)
+    """Devices that share one host's DRAM and SSD, where that is fewer than the scale-up domain: a GB200 / GB300
+    NVL72 compute tray holds 4 of the rack's 72 GPUs, a TPU v5p host 4 chips and a v6e host 8 of the pod's 256. None:
+    the scale-up domain is one host (an HGX / DGX node). A scenario's ``system.devices_per_host`` defaults to it."""
     measured: list[Measurement] = []
     """Set by ``trinity calibrate``: every measurement behind the figures above."""
     tier: Literal["device", "edge", "cloud"] = "cloud"

@@ -39,6 +39,10 @@ class SystemInput(Spec):
     devices_per_node: int | None = Field(default=None, gt=0, le=MAX_COUNT)
     """Devices on one scale-up link (a node, or an NVL72 rack); default: the device's
     ``typical_devices_per_node``."""
+    devices_per_host: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    """Devices that share one host's DRAM and SSD (the ``host_memory`` and ``storage`` tiers, the CPU's memory
+    bandwidth); default: the device's ``typical_devices_per_host`` (4 on a GB200 NVL72 tray, 4 / 8 on a TPU v5p / v6e
+    host), else the node. At most ``devices_per_node``."""
     intra_node_link: str | None = None
     inter_node_link: str | None = None
     host_link: str | None = None
@@ -74,6 +78,8 @@ class System(Spec):
     device: DeviceSpec
     num_devices: int = Field(gt=0, le=MAX_COUNT)
     devices_per_node: int = Field(gt=0, le=MAX_COUNT)
+    devices_per_host: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    """See :attr:`SystemInput.devices_per_host`; None: the node is one host."""
     intra_node_link: LinkSpec
     inter_node_link: LinkSpec | None = None
     host_link: LinkSpec
@@ -97,6 +103,11 @@ class System(Spec):
             raise ValueError(
                 f"{self.num_devices} devices span several nodes of {self.devices_per_node}: inter_node_link is required"
             )
+        if self.devices_per_host is not None and self.devices_per_host > self.devices_per_node:
+            raise ValueError(
+                f"devices_per_host {self.devices_per_host} is more than devices_per_node {self.devices_per_node}: "
+                "a host's devices share one scale-up domain"
+            )
         return self
 
     def channel(self, name: str) -> ChannelSpec:
@@ -113,9 +124,9 @@ class System(Spec):
             return _link_channel(self.inter_node_link or self.intra_node_link)
         if name == "host":
             return _tier_channel(self.host_link, self.host_memory)
-        if name == "host_dram":  # the CPU's own memory traffic, shared by the node's devices
+        if name == "host_dram":  # the CPU's own memory traffic, shared by the host's devices
             dram = self._tier("host_memory", self.host_memory)
-            share = min(self.devices_per_node, self.num_devices)
+            share = self.host_share
             return ChannelSpec(
                 name=dram.name,
                 label=f"{dram.name}, 1/{share} per device",
@@ -139,8 +150,13 @@ class System(Spec):
         spec = {"host": self.host_memory, "ssd": self.storage, "remote": self.remote_pool}.get(tier)
         if spec is None:
             return None
-        share = self.num_devices if tier == "remote" else min(self.devices_per_node, self.num_devices)
+        share = self.num_devices if tier == "remote" else self.host_share
         return spec.capacity_bytes / share
+
+    @property
+    def host_share(self) -> int:
+        """Devices of this system that share one host's DRAM and SSD."""
+        return min(self.devices_per_host or self.devices_per_node, self.num_devices)
 
     @property
     def num_nodes(self) -> int:

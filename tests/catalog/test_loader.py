@@ -397,3 +397,28 @@ def test_a_tpu_pod_keeps_its_all_to_all_on_the_ici_and_prices_no_energy():
     assert est.training is not None and est.training.joules_per_step == pytest.approx(
         400 * 16 * est.training.step_time_s
     )
+
+
+def _system(device, **system):
+    from aitrinity.catalog.loader import resolve_system
+    from aitrinity.spec.scenario import SystemInput
+
+    return resolve_system(SystemInput(device=device, host_memory="host-dram", storage="nvme-gen4", **system))
+
+
+def test_a_hosts_dram_is_shared_by_its_own_devices_not_the_whole_scale_up_domain():
+    """An NVL72 rack is one NVLink domain of 72 GPUs but 18 hosts (compute trays) of 4, a TPU pod 256 chips on hosts
+    of 4 (v5p) or 8 (v6e): the host tiers and the CPU's memory bandwidth are shared by a host's devices. They were
+    divided over the whole domain (2 TiB of host DRAM was 28 GiB a GB200 GPU, 512 GiB now)."""
+    dram = catalog.tier("host-dram")
+    for device, host in (("gb200", 4), ("gb300", 4), ("tpu-v5p", 4), ("tpu-v6e", 8), ("h100-sxm", 8)):
+        s = _system(device, num_devices=144)
+        assert s.host_share == host, device
+        assert s.tier_capacity_per_device("host") == dram.capacity_bytes / host
+        assert s.tier_capacity_per_device("ssd") == catalog.tier("nvme-gen4").capacity_bytes / host
+        assert s.channel("host_dram").bandwidth_Bps == dram.bandwidth_Bps / host
+    assert _system("gb200", num_devices=2).host_share == 2  # fewer devices than a host
+    assert _system("gb200", num_devices=72, devices_per_host=2).host_share == 2  # the scenario's own
+    assert _system("tpu-v6e", num_devices=64, devices_per_node=4).host_share == 4  # a node made smaller than a host
+    with pytest.raises(SpecError, match="devices_per_host 16 is more than devices_per_node 8"):
+        _system("h100-sxm", num_devices=16, devices_per_host=16)
