@@ -146,7 +146,7 @@ class System(Spec):
 
     def tier_capacity_per_device(self, tier: str) -> float | None:
         """Capacity of a lower tier one device may use: host DRAM and SSD are shared by a
-        node's devices, a remote pool by the whole system. None when the tier is absent."""
+        host's devices (:attr:`host_share`), a remote pool by the whole system. None when the tier is absent."""
         spec = {"host": self.host_memory, "ssd": self.storage, "remote": self.remote_pool}.get(tier)
         if spec is None:
             return None
