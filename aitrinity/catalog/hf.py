@@ -38,7 +38,7 @@ def _req(cfg: dict[str, Any], key: str, where: str) -> Any:
 def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """Map a transformers config dict to our schema (pure; the caller reads the file)."""
     mtype = cfg.get("model_type")
-    if mtype in _VISION_WRAPPED:  # the text model sits in text_config; its quantization and tying may sit outside
+    if mtype in _VISION_WRAPPED:  # the text model sits in text_config; the wrapper's quantization and tying win
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise SpecError("text_config", text, f"the text model's config ({mtype})", source=where)
@@ -46,7 +46,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, where: str = "config.json") -
             k: cfg[k] for k in ("quantization_config", "tie_word_embeddings", "_name_or_path") if k in cfg
         }
         inner = _VISION_WRAPPED[mtype]
-        return from_hf_config({**outer, **text, **({"model_type": inner} if inner else {})}, name, where)
+        return from_hf_config({**text, **outer, **({"model_type": inner} if inner else {})}, name, where)
     if mtype in _LLAMA_LIKE:
         data = _llama_like(cfg, mtype, where)
     elif mtype == "opt":

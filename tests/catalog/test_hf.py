@@ -266,5 +266,7 @@ def test_a_vision_wrappers_outer_keys_reach_its_text_model():
     assert from_hf_config(cfg, "vl").tie_embeddings
     text = {k: v for k, v in cfg["text_config"].items() if k != "tie_word_embeddings"}
     assert from_hf_config({**cfg, "text_config": text}, "vl").tie_embeddings  # the outer key alone
+    untied = {**cfg["text_config"], "tie_word_embeddings": False}
+    assert from_hf_config({**cfg, "text_config": untied}, "vl").tie_embeddings  # the wrapper's wins (it ties lm_head)
     with pytest.raises(SpecError, match="text_config"):
         from_hf_config({"model_type": "qwen3_vl"}, "vl")
