@@ -317,15 +317,9 @@ def resolve_system(s: SystemInput, base: Path | None = None) -> System:
 def _devices_per_host(s: SystemInput, dev: DeviceSpec) -> int | None:
     """The scenario's, else the device's where its host is smaller than the node the scenario gives (a scenario
     that makes the node a host -- ``devices_per_node: 8`` on a TPU -- keeps it one)."""
-    node = s.devices_per_node or dev.typical_devices_per_node
     if s.devices_per_host is not None:
-        if s.devices_per_host > node:
-            raise SpecError(
-                "system.devices_per_host",
-                s.devices_per_host,
-                f"at most devices_per_node ({node}): a host's devices share one scale-up domain",
-            )
-        return s.devices_per_host
+        return s.devices_per_host  # (System refuses one above the node)
+    node = s.devices_per_node or dev.typical_devices_per_node
     typical = dev.typical_devices_per_host
     return typical if typical is not None and typical < node else None
 

@@ -78,5 +78,9 @@ def validate(cls: type[T], data: Any, where: str = "", source: str = "") -> T:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         field = ".".join(p for p in (where, loc) if p)
         missing = err.get("type") == "missing"
+        if not loc and err.get("type") == "value_error":  # a rule over several fields: its sentence, not the input
+            problem = SpecError(field or cls.__name__, None, _expected(err), source=source)
+            problem.args = (": ".join(p for p in (source, field or cls.__name__, _expected(err)) if p),)
+            raise problem from None
         value = None if missing else err.get("input")
         raise SpecError(field or cls.__name__, value, _expected(err), source=source, missing=missing) from None
