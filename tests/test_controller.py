@@ -40,3 +40,12 @@ def test_history_is_bounded_and_the_run_counted():
     assert c.periods == 5000 and c.switches == 499  # every flip but the first period's
     with pytest.raises(ValueError):
         Controller(["a"], "a", keep=0)
+
+
+def test_an_infeasible_current_option_is_left_for_any_feasible_one():
+    """The option in use priced infinite (it does not fit) is left, margin or not: an infinite current time once
+    read as 'within the margin' (inf <= 0.1 x inf) and the Controller stayed on a plan that cannot run."""
+    c = Controller(["a", "b"], "a", margin=0.1, patience=1)
+    d = c.decide({"a": float("inf"), "b": 2.0}.__getitem__)
+    assert d.switched and d.choice == "b"
+    assert not c.decide({"a": float("inf"), "b": float("inf")}.__getitem__).switched  # nothing better: stay

@@ -1,5 +1,6 @@
 """Telemetry: every loop's measurements come out as one Rates shape (links, latency, compute, memory)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -43,10 +44,13 @@ def test_store_rates_turn_block_reads_into_tier_bandwidths():
 
 
 def test_watch_period_reports_what_the_server_achieved():
-    m, dev = catalog.model("llama-3.1-8b"), catalog.device("h100-sxm")
+    from aitrinity.systems.vllm.priced import served
+
+    s = served(catalog.model("llama-3.1-8b"), "h100-sxm")
     before = Sample(t=0.0, running=4, waiting=0, kv_usage=0.2, preemptions=0, prompt_tokens=0, generation_tokens=0)
     after = Sample(t=2.0, running=4, waiting=0, kv_usage=0.3, preemptions=0, prompt_tokens=4000, generation_tokens=800)
-    v = judge(before, after, m, dev)
+    after = dataclasses.replace(after, finished=4, latency_sum=8.0, prompt_len_sum=4000, output_len_sum=800)
+    v = judge(before, after, s)
     assert v.expected is not None
     r = read(v)
     assert r.flops_per_s == pytest.approx(v.expected.flops / 2.0) and r.memory_Bps == pytest.approx(

@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aitrinity.cli.args import count
 from aitrinity.errors import SpecError
+
+if TYPE_CHECKING:
+    from aitrinity.spec.hardware import Dtype
 
 HELP = """examples:
   trinity watch http://127.0.0.1:8000 --device me.yaml          the model's config is read from the server's model path
   trinity watch http://127.0.0.1:8000 --model-config config.json --device h100-sxm --period 10 --json
   trinity watch http://127.0.0.1:8000 --device me.yaml --kv-engine-id ID   also the aitrinity KV connector's tiers
+  trinity watch http://127.0.0.1:8000 --device h100-sxm --tp 4          a server started with --tensor-parallel-size 4
 
 Each period: running and waiting requests, KV-cache usage, preemptions, token rates, the binding resource
-(KV capacity, queue, KV tier, compute, memory bandwidth, idle) and the exchange that would relieve it. With
---kv-engine-id (the kv_transfer_config's engine_id of a server running aitrinity's KV connector) also the tokens
-each tier loaded, its read bandwidth and the share of the period spent reading it. --json prints one object per
-period (a line each). Ctrl-C stops.
+(KV capacity, queue, KV tier, compute, memory bandwidth, idle) and the exchange that would relieve it. With a
+model and a device, the requests that finished in the period are priced as `trinity diagnose` prices a serving
+scenario (their mean prompt and output lengths, the clients in flight by Little's law, the server's own KV pool
+from /metrics): measured TTFT and TPOT beside the priced ones, and the advice of a Controller that predicts each
+one-step exchange (KV or weight quantization, KV offload) at that load and switches its pick only when it pays
+for two periods running. With --kv-engine-id (the kv_transfer_config's engine_id of a server running aitrinity's
+KV connector) also the tokens each tier loaded, its read bandwidth and the share of the period spent reading it.
+--json prints one object per period (a line each). Ctrl-C stops.
 """
 
 
@@ -38,6 +47,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model-config", metavar="FILE", help="the served model's config.json (default: from /v1/models)")
     p.add_argument("--device", help="catalog device or a trinity calibrate profile the server runs on")
+    p.add_argument(
+        "--tp", type=count(1, 4096), default=1, help="the server's tensor-parallel size (default 1; /metrics lacks it)"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        help="the server's --dtype (default: the config's torch_dtype, else bf16)",
+    )
     p.add_argument("--period", type=float, default=5.0, help="seconds between reads (default 5)")
     p.add_argument("--count", type=count(1, 10**9), help="stop after this many periods (default: until Ctrl-C)")
     p.add_argument("--json", action="store_true", help="one JSON object per period")
@@ -122,26 +139,49 @@ def _reader(args: argparse.Namespace) -> Callable[[], Any]:
     return both
 
 
+DTYPES: dict[str, Dtype] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+"""A config's ``torch_dtype`` (``dtype`` since transformers 4.56) as the pricer names it."""
+
+
+def _served(args: argparse.Namespace, m: Any, cfg: dict[str, Any], first: Any) -> Any:
+    """What the server runs, for the pricer: its dtype (``--dtype``, else the config's), its KV pool from the first
+    read, the measured kernel tables where the device has them under vLLM."""
+    from aitrinity import silicon
+    from aitrinity.systems.vllm import priced
+
+    dtype: Dtype = args.dtype or DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype")), "bf16")
+    s = priced.served(m, args.device, args.tp, dtype, kv_pool_tokens=first.kv_pool_tokens, engines=first.engines)
+    choice = silicon.kernels(s.system.device, "vllm", fp8_block=bool(m.fp8_weight_block))
+    return dataclasses.replace(s, kernels=choice.kernels)
+
+
 def run(args: argparse.Namespace) -> int:
     from aitrinity import catalog
     from aitrinity.catalog.hf import from_hf_config
-    from aitrinity.systems.vllm import watch
+    from aitrinity.systems.vllm import priced, watch
 
     if not args.period > 0:
         raise SpecError("--period", args.period, "a positive number of seconds")
     cfg, where = _model_config(args)
     m = from_hf_config(cfg, Path(where).parent.name, where=where) if cfg is not None else None
-    dev = catalog.device(args.device) if args.device else None
-    read = _reader(args)  # a bad --kv-engine-id is said before anything else
+    if args.device:
+        catalog.device(args.device)  # a bad --device is said before anything else
+    read = _reader(args)  # and a bad --kv-engine-id
+    prev = read()
+    served = _served(args, m, cfg, prev) if m is not None and cfg is not None and args.device else None
+    advisor = priced.Advisor.of(served) if served is not None else None
     if not args.quiet:
         said = f"model {m.name} ({where})" if m else where
-        print(f"watching {args.url}: {said}; device {dev.name if dev else 'not given'}", file=sys.stderr)
-    prev = read()
-    n = 0
+        dev = served.system.device.name if served else (args.device or "not given")
+        pool = f"; KV pool {prev.kv_pool_tokens:,} tokens" if prev.kv_pool_tokens else ""
+        print(f"watching {args.url}: {said}; device {dev}{pool}", file=sys.stderr)
+    n, last = 0, None
     while args.count is None or n < args.count:
         time.sleep(args.period)
         now = read()
-        v = watch.judge(prev, now, m, dev)
+        v = watch.judge(prev, now, served, last)
+        if advisor is not None and v.load is not None:
+            v = dataclasses.replace(v, advice=advisor.advise(v.load))
         print(json.dumps(v.to_json()) if args.json else watch.line(v), flush=True)
-        prev, n = now, n + 1
+        prev, last, n = now, v.load or last, n + 1
     return 0

@@ -18,6 +18,7 @@ predictions come from the caller, priced on what the loop measured
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ class Controller:
         if best == self.current:
             self._streak, self._candidate = 0, None
             reason = f"{self.current} is predicted fastest ({cur:.4g} s)"
-        elif gain <= self.margin * cur:
+        elif math.isfinite(cur) and gain <= self.margin * cur:  # (the current option infeasible: any other gains)
             self._streak, self._candidate = 0, None
             reason = f"{best} would save {gain / cur:.1%}, within the {self.margin:.0%} margin: stay"
         elif gain * self.payback <= self.switch_cost_s:

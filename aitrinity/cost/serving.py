@@ -184,12 +184,14 @@ def shard_kv_bytes_per_token(m: ModelSpec, dtype: str, tp: int, pp: int = 1) -> 
     return kv_bytes_per_token(m, dtype) * kv_shard_factor(m, tp) / pp
 
 
-def _kv_per_token_per_device(m: ModelSpec, plan: Plan) -> float:
+def kv_bytes_per_token_per_device(m: ModelSpec, plan: Plan) -> float:
+    """KV-cache bytes one device holds per token of a sequence (its share under tensor, pipeline and context
+    parallelism), in the plan's cache dtype."""
     return shard_kv_bytes_per_token(m, plan.cache_dtype, plan.tp, plan.pp) / plan.cp
 
 
 def kv_bytes_per_sequence_per_device(m: ModelSpec, plan: Plan, context: int) -> float:
-    return kv_tokens_held(m, context) * _kv_per_token_per_device(m, plan)
+    return kv_tokens_held(m, context) * kv_bytes_per_token_per_device(m, plan)
 
 
 def workspace_width(m: ModelSpec, tp: Any) -> Any:
@@ -698,7 +700,7 @@ def serving_ledger(name: str, m: ModelSpec, job: ServingJob, plan: Plan, system:
             max_batch=fit,
             running=running,
             kv_bytes_per_token=kv_bytes_per_token(m, plan.cache_dtype),
-            kv_bytes_per_token_per_device=_kv_per_token_per_device(m, plan),
+            kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(m, plan),
             replicas=dp,
             pipeline_batches_in_flight=plan.pp,
         ),

@@ -7,18 +7,22 @@ generated tokens. The binding resource is decided in this order:
 1. **KV capacity** -- the engine preempted requests in the period (it ran out of KV blocks and evicted a
    running sequence), or requests wait while the cache is at least ``KV_FULL`` full;
 2. **queue** -- requests wait with room in the cache (``max-num-seqs`` or the token budget caps the batch);
-3. **compute** or **memory bandwidth** -- the larger of the two busy times the cost model gives for the
-   period's work on ``device``: the FLOPs of the prompt and generated tokens (``2 x parameters`` per token)
-   over the device's achievable FLOP/s, against the bytes the decode steps read (the weights once per step,
-   steps = generated tokens / running sequences) over its achievable memory bandwidth -- unless
+3. **compute** or **memory bandwidth** -- the larger of the two busy times the pricer ``trinity diagnose`` uses
+   gives for the period's work (:mod:`aitrinity.systems.vllm.priced`): the period's closed loop -- the requests
+   that finished in it, their mean prompt and output lengths, the clients by Little's law, read from vLLM's
+   histograms -- priced on ``device`` at fixed concurrency (the operator model's one-request prefill and
+   decode step, attention and KV reads included), one prefill per prompt's worth of the period's prompt tokens
+   and one decode step per running batch's worth of its generated tokens -- unless
    **a KV tier** of the connector (``--kv-engine-id``: its counters, read over the worker's lookup socket)
    took more of the period: the seconds the worker spent reading prefix blocks from that tier, against the
-   cost model's compute and memory busy times (or, without a model and a device, half the period);
+   pricer's compute and memory busy times (or, without a model and a device, half the period);
 4. **idle** -- nothing ran.
 
 Each verdict names the exchanges that relieve it (from the compute-bandwidth-memory vocabulary: KV
 quantization or offload, a prefix-cache tier, weight quantization, batching, more replicas). Without a
-model config and a device only the first two and idle can be told apart; the rest reads ``busy``.
+model config and a device -- or before any request finished -- only the first two and idle can be told apart;
+the rest reads ``busy``. With them, each period also gives the measured TTFT and TPOT beside the priced ones,
+and the :class:`~aitrinity.systems.vllm.priced.Advisor`'s pick among the registry's exchanges (``advice``).
 """
 
 from __future__ import annotations
@@ -26,11 +30,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from aitrinity.control.controller import Decision
 from aitrinity.control.telemetry import Rates
-from aitrinity.cost.memory import kv_bytes_per_token
-from aitrinity.cost.params import count
-from aitrinity.spec.hardware import DeviceSpec
-from aitrinity.spec.model import ModelSpec
+from aitrinity.systems.vllm.priced import AS_SERVED, Expected, Load, Served, advice_json, estimate, expected
 
 KV_FULL = 0.9
 """Cache usage at or above which waiting requests are taken to wait for KV blocks."""
@@ -85,6 +87,20 @@ class Sample:
     block_bytes: float | None = None
     """Bytes of one stored block, and its tokens: a tier's read bandwidth in the period."""
     block_tokens: float | None = None
+    finished: float = 0.0
+    """Requests finished (cumulative; the count of ``e2e_request_latency_seconds``), and the sums of their latency,
+    prompt and output lengths; of the requests' TTFT and mean TPOT, with their counts."""
+    latency_sum: float = 0.0
+    prompt_len_sum: float = 0.0
+    output_len_sum: float = 0.0
+    ttft_sum: float = 0.0
+    ttft_count: float = 0.0
+    tpot_sum: float = 0.0
+    tpot_count: float = 0.0
+    kv_pool_tokens: int | None = None
+    """One engine's KV pool (``cache_config_info``: ``num_gpu_blocks`` x ``block_size``)."""
+    engines: int = 1
+    """Engines reporting (data parallelism behind one server)."""
 
 
 def with_tiers(s: Sample, stats: dict[str, Any], hello: dict[str, Any]) -> Sample:
@@ -106,11 +122,14 @@ def parse_metrics(text: str, t: float) -> Sample:
     except ImportError as e:  # pragma: no cover - the [vllm] extra brings it
         raise RuntimeError("trinity watch needs prometheus_client: pip install 'aitrinity[watch]'") from e
     got: dict[str, float] = {}
+    pools: list[int] = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name.endswith("_created"):
                 continue
             got[s.name] = got.get(s.name, 0.0) + float(s.value)
+            if s.name == "vllm:cache_config_info":
+                pools.append(_pool_tokens(s.labels))
     if "vllm:num_requests_running" not in got:
         raise ValueError("no vllm:num_requests_running in /metrics: is this a vLLM server?")
     return Sample(
@@ -123,17 +142,43 @@ def parse_metrics(text: str, t: float) -> Sample:
         generation_tokens=got.get("vllm:generation_tokens_total", 0.0),
         prefix_hits=got.get("vllm:prefix_cache_hits_total", 0.0),
         prefix_queries=got.get("vllm:prefix_cache_queries_total", 0.0),
+        finished=got.get("vllm:e2e_request_latency_seconds_count", 0.0),
+        latency_sum=got.get("vllm:e2e_request_latency_seconds_sum", 0.0),
+        prompt_len_sum=got.get("vllm:request_prompt_tokens_sum", 0.0),
+        output_len_sum=got.get("vllm:request_generation_tokens_sum", 0.0),
+        ttft_sum=got.get("vllm:time_to_first_token_seconds_sum", 0.0),
+        ttft_count=got.get("vllm:time_to_first_token_seconds_count", 0.0),
+        tpot_sum=got.get("vllm:request_time_per_output_token_seconds_sum", 0.0),
+        tpot_count=got.get("vllm:request_time_per_output_token_seconds_count", 0.0),
+        kv_pool_tokens=max(pools) if pools and max(pools) > 0 else None,
+        engines=max(len(pools), 1),
     )
 
 
-@dataclass(frozen=True)
-class Expected:
-    """The cost model's busy time for a period's work, per resource."""
+def _pool_tokens(labels: dict[str, str]) -> int:
+    try:
+        return int(labels.get("num_gpu_blocks", "0")) * int(labels.get("block_size", "0"))
+    except ValueError:  # "None" before the engine sized its pool
+        return 0
 
-    compute_s: float
-    memory_s: float
-    flops: float
-    bytes: float
+
+def measured_load(prev: Sample, now: Sample) -> Load | None:
+    """The closed loop of the requests that finished between two reads (None: none did)."""
+    n = now.finished - prev.finished
+    if n <= 0:
+        return None
+    dt = max(now.t - prev.t, 1e-9)
+    latency = max(now.latency_sum - prev.latency_sum, 0.0)
+    n_ttft, n_tpot = now.ttft_count - prev.ttft_count, now.tpot_count - prev.tpot_count
+    return Load(
+        requests=n,
+        clients=latency / dt,
+        prompt_tokens=max(now.prompt_len_sum - prev.prompt_len_sum, 0.0) / n,
+        output_tokens=max(now.output_len_sum - prev.output_len_sum, 0.0) / n,
+        latency_s=latency / n,
+        ttft_s=(now.ttft_sum - prev.ttft_sum) / n_ttft if n_ttft > 0 else None,
+        tpot_s=(now.tpot_sum - prev.tpot_sum) / n_tpot if n_tpot > 0 else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -163,12 +208,18 @@ class Verdict:
     binds: str
     why: str
     expected: Expected | None
+    """The pricer's figures for the period (None without a model and a device, or before any request finished)."""
     relieve: list[str] = field(default_factory=list)
     tiers: list[TierPeriod] = field(default_factory=list)
     """The KV connector's tiers this period (empty when it is not watched)."""
+    load: Load | None = None
+    """The closed loop measured in the period (None: no request finished in it; ``expected`` is then priced at the
+    last load the caller measured)."""
+    advice: Decision | None = None
+    """The Advisor's decision this period (the caller's; :class:`aitrinity.systems.vllm.priced.Advisor`)."""
 
     def rates(self) -> Rates:
-        """What the server achieved in the period, as the Controller's telemetry: the cost model's FLOPs and bytes
+        """What the server achieved in the period, as the Controller's telemetry: the pricer's FLOPs and bytes
         for the period's tokens over its length (nothing without a model and a device), and each connector tier's
         read bandwidth."""
         links = {t.tier: t.read_Bps for t in self.tiers if t.read_Bps}
@@ -181,21 +232,9 @@ class Verdict:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "rates": self.rates().to_json()}
-
-
-def expected_busy(m: ModelSpec, dev: DeviceSpec, prompt: float, generated: float, running: float) -> Expected:
-    """Busy time of a period's work on ``dev`` by the roofline (see module doc). ``/metrics`` does not give
-    the contexts, so attention FLOPs and the KV each step reads are left out: the dense FLOPs, the bf16
-    weights once per decode step and each generated token's KV write."""
-    params = float(count(m).total)
-    flops = 2.0 * params * (prompt + generated)
-    steps = generated / max(running, 1.0)
-    nbytes = steps * 2.0 * params + generated * kv_bytes_per_token(m, "bf16")  # bf16 weights per step, new KV
-    eff = dev.efficiency
-    compute = flops / (dev.peak_flops_for("bf16") * eff.compute)
-    memory = nbytes / (dev.memory_bandwidth_Bps * eff.memory)
-    return Expected(compute, memory, flops, nbytes)
+        out = {**asdict(self), "rates": self.rates().to_json()}
+        out["advice"] = advice_json(self.advice) if self.advice is not None else None
+        return out
 
 
 def tier_periods(prev: Sample, now: Sample) -> list[TierPeriod]:
@@ -212,16 +251,18 @@ def tier_periods(prev: Sample, now: Sample) -> list[TierPeriod]:
     return sorted(out, key=lambda t: -t.busy)
 
 
-def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec | None = None) -> Verdict:
-    """What bound the server between two reads."""
+def judge(prev: Sample, now: Sample, served: Served | None = None, last: Load | None = None) -> Verdict:
+    """What bound the server between two reads; ``served`` prices the period (module doc) at its measured load, or
+    at ``last`` (the caller's latest) where no request finished in it."""
     dt = max(now.t - prev.t, 1e-9)
     tiers = tier_periods(prev, now)
     top = tiers[0] if tiers and tiers[0].busy > 0 else None
     pre = max(now.preemptions - prev.preemptions, 0.0)
     prompt = max(now.prompt_tokens - prev.prompt_tokens, 0.0)
     gen = max(now.generation_tokens - prev.generation_tokens, 0.0)
-    running = max(now.running, prev.running)
-    exp = expected_busy(m, dev, prompt, gen, running) if m is not None and dev is not None else None
+    load = measured_load(prev, now)
+    at = load or last
+    exp = expected(estimate(served, at), prompt, gen) if served is not None and at is not None else None
     if pre > 0:
         binds, why = "KV capacity", f"{pre:g} preemption(s): the engine evicted running sequences for KV blocks"
     elif now.waiting > 0 and now.kv_usage >= KV_FULL:
@@ -238,12 +279,14 @@ def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec
             why += f", more than the model's {max(exp.compute_s, exp.memory_s):.3g} s of GPU work"
     elif exp is None:
         binds, why = "busy", f"{prompt + gen:g} tokens in the period"
+        if served is not None:
+            why += " (no request has finished yet: the pricer needs their prompt and output lengths)"
     elif exp.compute_s >= exp.memory_s:
         binds = "compute"
         why = f"{exp.flops / 1e9:.3g} GFLOP take {exp.compute_s:.3g} s, the weight and KV reads {exp.memory_s:.3g} s"
     else:
         binds = "memory bandwidth"
-        why = f"{exp.bytes / 1e9:.3g} GB of weight reads take {exp.memory_s:.3g} s, the FLOPs {exp.compute_s:.3g} s"
+        why = f"{exp.bytes / 1e9:.3g} GB of weight and KV reads take {exp.memory_s:.3g} s, FLOPs {exp.compute_s:.3g} s"
     return Verdict(
         period_s=dt,
         running=now.running,
@@ -257,6 +300,7 @@ def judge(prev: Sample, now: Sample, m: ModelSpec | None = None, dev: DeviceSpec
         expected=exp,
         relieve=RELIEF[binds],
         tiers=tiers,
+        load=load,
     )
 
 
@@ -272,4 +316,21 @@ def line(v: Verdict) -> str:
         util = f"; the cost model expects {busy / v.period_s:.0%} of the period busy"
     relief = f" -> {v.relieve[0]}" if v.relieve else ""
     tiers = "".join(f" | {t.tier} {t.tokens_per_s:,.0f} tok/s loaded, {t.busy:.0%} busy" for t in v.tiers)
-    return f"{head}{tiers} | binds: {v.binds} ({v.why}{util}){relief}"
+    out = f"{head}{tiers}{_latencies(v)} | binds: {v.binds} ({v.why}{util}){relief}"
+    if v.advice is not None and (v.advice.choice != AS_SERVED or v.advice.switched):
+        out += f" | advice: {v.advice.choice} ({v.advice.reason})"
+    return out
+
+
+def _latencies(v: Verdict) -> str:
+    """The period's measured TTFT and TPOT beside the priced ones, and the clients they were priced at."""
+    if v.load is None:
+        return ""
+    ld, e = v.load, v.expected
+    ttft = f"TTFT {ld.ttft_s * 1e3:,.0f} ms" if ld.ttft_s is not None else ""
+    tpot = f"TPOT {ld.tpot_s * 1e3:,.1f} ms" if ld.tpot_s is not None else ""
+    if e is not None:
+        ttft += f" (priced {e.ttft_s * 1e3:,.0f})" if ttft else ""
+        tpot += f" (priced {e.tpot_s * 1e3:,.1f})" if tpot else ""
+    parts = ", ".join(x for x in (ttft, tpot) if x)
+    return f" | {ld.requests:g} done, {ld.clients:.1f} in flight{': ' + parts if parts else ''}"

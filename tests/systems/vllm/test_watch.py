@@ -54,26 +54,38 @@ def live(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_the_binding_resource_follows_the_load(live) -> None:
-    from aitrinity import catalog
+    """Also: each period's closed loop is measured from the finished requests and priced as `trinity diagnose` prices
+    it, at the server's own KV pool (16 blocks of 128 tokens, from /metrics: one 1,100-token request whole); the
+    Advisor predicts each of the registry's exchanges at the heavy period's load."""
     from aitrinity.catalog.hf import from_hf_config
+    from aitrinity.systems.vllm import priced
     from aitrinity.systems.vllm.watch import judge, parse_metrics
 
     srv, model, profile, _ = live
     m = from_hf_config(json.loads((model / "config.json").read_text()), "tiny")
-    dev = catalog.device(str(profile))
 
     def read():
         return parse_metrics(srv.get("/metrics")[1].decode(), time.monotonic())
 
     before = read()
+    assert before.kv_pool_tokens == 16 * 128 and before.engines == 1
+    served = priced.served(m, str(profile), dtype="fp32", kv_pool_tokens=before.kv_pool_tokens)  # --dtype float32
     _load(srv, clients=2, rounds=3, isl=256, osl=2, seed=1)  # few, short
     light = read()
     _load(srv, clients=8, rounds=1, isl=700, osl=400, seed=2)  # many, long
     heavy = read()
-    few, many = judge(before, light, m, dev), judge(light, heavy, m, dev)
+    few, many = judge(before, light, served), judge(light, heavy, served)
     assert few.binds == "compute" and few.preemptions == 0, few
     assert many.binds == "KV capacity" and many.preemptions > 0, many
     assert many.relieve and "KV" in many.relieve[0]
+    assert few.load is not None and (few.load.requests, few.load.prompt_tokens, few.load.output_tokens) == (6, 256, 2)
+    assert many.load is not None and (many.load.requests, many.load.prompt_tokens) == (8, 700)
+    assert many.load.output_tokens == 400 and many.load.ttft_s is not None and many.load.tpot_s is not None
+    assert many.expected is not None and many.expected.running == 1  # 2,048 tokens of pool, 1,100 a request
+    advisor = priced.Advisor.of(served)
+    d = advisor.advise(many.load)
+    assert set(d.predicted_s) == set(advisor.plans) and all(0 < t < float("inf") for t in d.predicted_s.values())
+    assert d.predicted_s["kv-quantization fp8"] < d.predicted_s["as served"]  # a quarter of the fp32 KV bytes read
 
 
 def test_the_connectors_tier_is_watched(live) -> None:
@@ -105,7 +117,7 @@ def test_the_connectors_tier_is_watched(live) -> None:
 
 def test_the_cli_reads_the_model_from_the_server_and_prints_a_json_period(live) -> None:
     srv, _, profile, engine = live
-    cmd = [sys.executable, "-m", "aitrinity.cli.main", "watch", srv.url, "--device", str(profile)]
+    cmd = [sys.executable, "-m", "aitrinity.cli.main", "watch", srv.url, "--device", str(profile), "--dtype", "fp32"]
     p = subprocess.run(
         [*cmd, "--period", "0.2", "--count", "2", "--json", "--quiet"],
         capture_output=True,
@@ -115,6 +127,7 @@ def test_the_cli_reads_the_model_from_the_server_and_prints_a_json_period(live) 
     assert p.returncode == 0, p.stderr
     periods = [json.loads(x) for x in p.stdout.splitlines()]
     assert len(periods) == 2 and all(v["binds"] == "idle" and v["running"] == 0 for v in periods)
+    assert all(v["load"] is None and v["advice"] is None for v in periods)  # nothing finished: nothing to advise on
     p = subprocess.run(
         [*cmd, "--period", "0.2", "--count", "1", "--json", "--quiet", "--kv-engine-id", engine],
         capture_output=True,
