@@ -211,3 +211,63 @@ def test_a_slow_connector_tier_binds_and_reports_its_bandwidth():
     c = sample(2.0, 256 + 100_000, 2048, 0.6, mem_tokens=2048, mem_s=0.001)
     assert judge(b, c, served).binds == "compute"
     assert judge(a, b).binds == "KV tier"  # without a model: the tier took over half the period
+
+
+def test_the_cli_prices_each_period_and_advises(tmp_path, capsys):
+    """`trinity watch --json` against a stand-in server whose /metrics advances by a canned read each GET: the first
+    read gives the KV pool (1,100 blocks of 16 tokens), a period with finished requests is priced at its load and
+    advised on, a period with none is priced at the last load (no advice), and the advice switches on the second
+    advised period. (The live-server tests run vLLM itself; this one holds the CLI's loop.)"""
+    import http.server
+    import json
+    import threading
+
+    from aitrinity.cli.main import main
+
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    heavy = dict(running=16, waiting=40, kv=0.97)
+    reads = [
+        text(pool=1_100),
+        text(prompt=5_600, gen=3_200, done=(8, 64.0, 5_600, 3_200), first=(24.0, 0.08), pool=1_100, **heavy),
+        text(prompt=5_600, gen=6_400, done=(8, 64.0, 5_600, 3_200), first=(24.0, 0.08), pool=1_100, **heavy),
+        text(prompt=11_200, gen=9_600, done=(16, 128.0, 11_200, 6_400), first=(48.0, 0.16), pool=1_100, **heavy),
+    ]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = (reads.pop(0) if len(reads) > 1 else reads[0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        args = ["watch", url, "--model-config", str(tmp_path / "config.json"), "--device", "h100-sxm"]
+        assert main([*args, "--period", "0.2", "--count", "3", "--json", "--quiet"]) == 0
+    finally:
+        srv.shutdown()
+    first, idle, second = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert first["load"]["clients"] == pytest.approx(64.0 / first["period_s"], rel=1e-9)
+    assert first["load"]["prompt_tokens"] == 700 and first["expected"] is not None
+    assert first["advice"]["choice"] == "as served" and not first["advice"]["switched"]
+    assert set(first["advice"]["predicted_latency_s"]) >= {"as served", "kv-quantization fp8"}
+    assert idle["load"] is None and idle["advice"] is None and idle["expected"] is not None  # the last load's
+    assert second["advice"]["switched"] and second["advice"]["choice"] != "as served"
