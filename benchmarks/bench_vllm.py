@@ -26,6 +26,9 @@ What is measured, and in what order:
 Predictions: ``cost.concurrency.steady_state`` (what ``trinity diagnose`` and the serving planner price)
 and ``sim.serving.simulate_closed_loop`` (the same operator model, iteration by iteration, with the
 server's token budget), both on the calibrated profile's roofline kernels. Nothing is fitted on the grid.
+Beside them, what ``trinity watch --device PROFILE`` would price for each point (``watch`` in ``--json``): the
+same pricer with what ``watch`` knows -- the profile as calibrated and the GPU-fitted ``vllm`` engine profile,
+neither the probed host time nor the bf16 weight-streaming figure.
 
     python benchmarks/bench_vllm.py                 # calibrate, probe, grid; 5-8 minutes
     python benchmarks/bench_vllm.py --quick         # a 2 x 2 x 1 grid, quick calibration
@@ -188,13 +191,12 @@ def engine_profile(host: HostTimes) -> EngineProfile:
 
 
 def served_bf16(dev: DeviceSpec) -> DeviceSpec:
-    """The profile as a bf16 model's decode sees it: memory efficiency from the bf16 weight-streaming
-    measurement (the profile's own is fp32's, and CPU GEMM paths differ by dtype)."""
-    got = [x.value for x in dev.measured if x.quantity == "weight streaming bf16"]
-    if not got:
+    """The profile as a bf16 model's decode sees it (:func:`aitrinity.systems.calibrate.as_served`)."""
+    from aitrinity.systems.calibrate import as_served
+
+    if not any(x.quantity == "weight streaming bf16" for x in dev.measured):
         raise SystemExit("the profile has no 'weight streaming bf16' measurement: calibrate again (with torch)")
-    eff = dev.efficiency.model_copy(update={"memory": min(got[0] / dev.memory_bandwidth_Bps, 1.0)})
-    return dev.model_copy(update={"efficiency": eff})
+    return as_served(dev, "bf16")
 
 
 def predict(
@@ -222,6 +224,29 @@ def predict(
         sim = simulate_closed_loop(m, cfg, ClosedLoop(c, isl, osl, c * rounds, eng.request_overhead_s, spread))
         out[f"ttft_{name}_s"], out[f"tpot_{name}_s"] = sim.ttft_s.mean, sim.tpot_s.mean
     return out
+
+
+def watch_prices(m: ModelSpec, record: dict[str, Any]) -> list[dict[str, float]]:
+    """What ``trinity watch --device PROFILE`` prices for each grid point (:mod:`aitrinity.systems.vllm.priced`:
+    ``diagnose``'s pricer, the GPU-fitted ``vllm`` engine profile, the profile as calibrated -- no host-time probe,
+    no bf16 weight-streaming figure): the point's measured load -- ``c`` clients, ``isl`` -> ``osl`` -- priced."""
+    import yaml
+
+    from aitrinity.systems.vllm.priced import Load, estimate, served
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(record["device"], f)
+    try:
+        s = served(m, f.name, dtype="bf16")
+        out = []
+        for r in record["rows"]:
+            load = Load(r["requests"], r["c"], r["isl"], r["osl"], 0.0, r["ttft_s"], r["tpot_s"])
+            sv = estimate(s, load).serving
+            assert sv is not None
+            out.append({"ttft_watch_s": sv.ttft_s, "tpot_watch_s": sv.tpot_s})
+        return out
+    finally:
+        os.unlink(f.name)
 
 
 def mape(pred: list[float], meas: list[float]) -> float:
@@ -294,6 +319,7 @@ def price(record: dict[str, Any]) -> dict[str, Any]:
     eng = engine_profile(HostTimes(**record["host"]))
     rounds = record["grid"]["rounds"]
     rows = [{**r, **predict(m, dev, eng, r["c"], r["isl"], r["osl"], rounds)} for r in record["rows"]]
+    rows = [{**r, **w} for r, w in zip(rows, watch_prices(m, record), strict=True)]
     meas_ttft, meas_tpot = [r["ttft_s"] for r in rows], [r["tpot_s"] for r in rows]
     return {
         **record,
@@ -307,6 +333,8 @@ def price(record: dict[str, Any]) -> dict[str, Any]:
             "tpot_sim": mape([r["tpot_sim_s"] for r in rows], meas_tpot),
             "ttft_sim_gpu_spread": mape([r["ttft_sim_gpu_spread_s"] for r in rows], meas_ttft),
             "tpot_sim_gpu_spread": mape([r["tpot_sim_gpu_spread_s"] for r in rows], meas_tpot),
+            "ttft_watch": mape([r["ttft_watch_s"] for r in rows], meas_ttft),
+            "tpot_watch": mape([r["tpot_watch_s"] for r in rows], meas_tpot),
         },
     }
 
@@ -350,6 +378,10 @@ def main() -> None:
         f"MAPE: TTFT estimate {mp['ttft_analytic']:.1%}, sim {mp['ttft_sim']:.1%} (GPU spread "
         f"{mp['ttft_sim_gpu_spread']:.1%}); TPOT estimate {mp['tpot_analytic']:.1%}, sim {mp['tpot_sim']:.1%} "
         f"(GPU spread {mp['tpot_sim_gpu_spread']:.1%})"
+    )
+    print(
+        f"trinity watch's pricer (the GPU-fitted vllm engine profile, no probe): TTFT {mp['ttft_watch']:.1%}, "
+        f"TPOT {mp['tpot_watch']:.1%}"
     )
 
 

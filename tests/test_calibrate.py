@@ -102,3 +102,21 @@ def test_threads_profile_says_so_and_restores_torch(tmp_path):
 def test_threads_must_be_positive(capsys):
     assert main(["calibrate", "--quick", "--threads", "0"]) != 0
     assert "--threads" in capsys.readouterr().err
+
+
+def test_a_profile_as_a_model_in_another_dtype_sees_it():
+    """The profile's memory efficiency is fp32's weight streaming; a bf16 model's decode streams at the bf16
+    measurement's rate (when the profile has one), an fp32 model's at fp32's; without the measurement, as is."""
+    from aitrinity.spec.hardware import Measurement
+    from aitrinity.systems.calibrate import as_served
+
+    dev = catalog.device("h100-sxm")
+    bw = dev.memory_bandwidth_Bps
+
+    def m(q: str, v: float) -> Measurement:
+        return Measurement(quantity=q, value=v, unit="B/s", method="test", measured_at="now")
+
+    prof = dev.model_copy(update={"measured": [m("weight streaming", 0.2 * bw), m("weight streaming bf16", 0.4 * bw)]})
+    assert as_served(prof, "bf16").efficiency.memory == pytest.approx(0.4)
+    assert as_served(prof, "fp32").efficiency.memory == pytest.approx(0.2)
+    assert as_served(prof, "fp16") is prof and as_served(dev, "bf16") is dev

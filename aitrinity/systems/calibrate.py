@@ -352,6 +352,18 @@ Record = Callable[[str, float, str, str], None]
 """Keeps one measurement: quantity, value, unit, method."""
 
 
+def as_served(dev: DeviceSpec, dtype: str) -> DeviceSpec:
+    """A profile as a model whose weights are in ``dtype`` sees it: the memory efficiency from the weight-streaming
+    measurement in that dtype where the profile has one (the profile's own is fp32's, and CPU GEMM paths differ by
+    dtype: bf16 streamed at about twice fp32's rate on this project's machine); else ``dev`` as it is."""
+    quantity = "weight streaming" if dtype == "fp32" else f"weight streaming {dtype}"
+    got = [x.value for x in dev.measured if x.quantity == quantity]
+    if not got:
+        return dev
+    eff = dev.efficiency.model_copy(update={"memory": min(got[0] / dev.memory_bandwidth_Bps, 1.0)})
+    return dev.model_copy(update={"efficiency": eff})
+
+
 def _matmuls(s: Settings, say: Callable[[str], None], record: Record) -> tuple[dict[str, float], float]:
     """Each dtype's matmul curve over the row count: the peaks, and fp32's half-rate rows."""
     peaks: dict[str, float] = {}

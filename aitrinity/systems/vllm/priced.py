@@ -42,6 +42,7 @@ from aitrinity.plan import registry
 from aitrinity.spec.hardware import Dtype
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, SystemInput
+from aitrinity.systems.calibrate import as_served
 
 AS_SERVED = "as served"
 """The Advisor's option for the plan the server runs."""
@@ -92,8 +93,10 @@ def served(
     engines: int = 1,
 ) -> Served:
     """The server: ``model`` in ``dtype`` on ``tp`` devices named ``device`` (catalog name or a ``trinity calibrate``
-    profile) under vLLM, with the engine's own KV pool of ``kv_pool_tokens`` tokens where known."""
+    profile: its memory efficiency then from its weight streaming in ``dtype``, :func:`as_served`) under vLLM, with
+    the engine's own KV pool of ``kv_pool_tokens`` tokens where known."""
     system = resolve_system(SystemInput(device=device, num_devices=tp, engine="vllm"))
+    system = system.model_copy(update={"device": as_served(system.device, dtype)})
     return Served(model, system, Plan(tp=tp, compute_dtype=dtype), kernels, kv_pool_tokens, max(engines, 1))
 
 
