@@ -170,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
     prev = read()
     served = _served(args, m, cfg, prev) if m is not None and cfg is not None and args.device else None
     advisor = priced.Advisor.of(served) if served is not None else None
+    odd = priced.overcommitted(served) if served is not None else None
+    if odd:
+        print(f"trinity watch: warning: {odd}", file=sys.stderr)
     if not args.quiet:
         said = f"model {m.name} ({where})" if m else where
         dev = served.system.device.name if served else (args.device or "not given")

@@ -127,6 +127,22 @@ def system_at(s: Served, w: ServingJob) -> System:
     return s.system.model_copy(update={"device": dev})
 
 
+def overcommitted(s: Served) -> str | None:
+    """Why the server's KV pool and weights cannot be on one of its devices as ``s`` describes it (a ``tp`` smaller
+    than the server's, or a pipeline the watch does not know of), or None when they can."""
+    if not s.kv_pool_tokens:
+        return None
+    need = system_at(s, ServingJob(prompt_tokens=1, output_tokens=1)).device.memory_capacity_bytes
+    have = s.system.device.memory_capacity_bytes
+    if need <= have:
+        return None
+    return (
+        f"the weights of {s.model.name} at tp {s.plan.tp} and the server's KV pool of {s.kv_pool_tokens:,} tokens "
+        f"need {need / 2**30:,.1f} GiB a device, more than {s.system.device.name}'s {have / 2**30:,.1f} GiB: is the "
+        "server's tensor-parallel size (--tp) larger, or does it run a pipeline? (priced as given)"
+    )
+
+
 def estimate(s: Served, load: Load, plan: Plan | None = None) -> Estimate:
     """``load`` priced as ``trinity diagnose`` prices a serving scenario, under ``plan`` (default the server's)."""
     p = plan if plan is not None else s.plan

@@ -166,6 +166,19 @@ def test_the_servers_kv_pool_bounds_the_requests_priced_at_once():
     assert priced.expected(priced.estimate(priced.served(m, "h100-sxm"), load), 0, 0).running == 64
 
 
+def test_a_pool_and_weights_that_cannot_be_on_one_device_are_said():
+    """Llama-3.1-70B's bf16 weights alone are 141 GB: at tp 1 on an 80 GB H100 the server must be larger than given."""
+    pool = 100_000
+    small = priced.served(catalog.model("llama-3.1-70b"), "h100-sxm", tp=1, kv_pool_tokens=pool)
+    why = priced.overcommitted(small)
+    assert why is not None and "--tp" in why and "h100-sxm" in why
+    assert (
+        priced.overcommitted(priced.served(catalog.model("llama-3.1-70b"), "h100-sxm", tp=4, kv_pool_tokens=pool))
+        is None
+    )
+    assert priced.overcommitted(priced.served(catalog.model("llama-3.1-70b"), "h100-sxm")) is None  # no pool known
+
+
 def test_the_advisor_picks_among_the_registrys_exchanges_with_patience():
     """64 clients on a 16-request pool: each one-step exchange is predicted at the load; the best beats the plan as
     served by far more than the margin, and the advice switches to it on the second such period, not the first."""
