@@ -17,6 +17,9 @@ from aitrinity.errors import SpecError
 
 if TYPE_CHECKING:
     from aitrinity.spec.hardware import Dtype
+    from aitrinity.spec.model import ModelSpec
+    from aitrinity.systems.vllm.priced import Served
+    from aitrinity.systems.vllm.watch import Sample
 
 HELP = """examples:
   trinity watch http://127.0.0.1:8000 --device me.yaml          the model's config is read from the server's model path
@@ -143,7 +146,7 @@ DTYPES: dict[str, Dtype] = {"bfloat16": "bf16", "float16": "fp16", "float32": "f
 """A config's ``torch_dtype`` (``dtype`` since transformers 4.56) as the pricer names it."""
 
 
-def _served(args: argparse.Namespace, m: Any, cfg: dict[str, Any], first: Any) -> Any:
+def _served(args: argparse.Namespace, m: ModelSpec, cfg: dict[str, Any], first: Sample) -> Served:
     """What the server runs, for the pricer: its dtype (``--dtype``, else the config's), its KV pool from the first
     read, the measured kernel tables where the device has them under vLLM."""
     from aitrinity import silicon
