@@ -32,7 +32,7 @@ Each period: running and waiting requests, KV-cache usage, preemptions, token ra
 model and a device, the requests that finished in the period are priced as `trinity diagnose` prices a serving
 scenario (their mean prompt and output lengths, the clients in flight by Little's law, the server's own KV pool
 from /metrics): measured TTFT and TPOT beside the priced ones, and the advice of a Controller that predicts each
-one-step exchange (KV or weight quantization, KV offload) at that load and switches its pick only when it pays
+one-step exchange (KV or weight quantization) at that load and switches its pick only when it pays
 for two periods running. With --kv-engine-id (the kv_transfer_config's engine_id of a server running aitrinity's
 KV connector) also the tokens each tier loaded, its read bandwidth and the share of the period spent reading it.
 --json prints one object per period (a line each). Ctrl-C stops.
