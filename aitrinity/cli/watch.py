@@ -165,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.period > 0:
         raise SpecError("--period", args.period, "a positive number of seconds")
+    for flag, given in (("--tp", args.tp != 1), ("--dtype", args.dtype is not None)):
+        if given and not args.device:
+            raise SpecError(flag, getattr(args, flag[2:]), "given with --device (nothing is priced without a device)")
     cfg, where = _model_config(args)
     m = from_hf_config(cfg, Path(where).parent.name, where=where) if cfg is not None else None
     if args.device:

@@ -171,6 +171,16 @@ def test_a_malformed_url_is_one_line(url: str, why: str, capsys: pytest.CaptureF
     assert why in err and "internal error" not in err and err.count("\n") == 1
 
 
+def test_pricing_flags_without_a_device_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp and --dtype only shape what is priced: without --device they would be silently ignored."""
+    from aitrinity.cli.main import main
+
+    for flags in (["--tp", "4"], ["--dtype", "fp32"]):
+        assert main(["watch", "http://127.0.0.1:9", *flags, "--count", "1"]) == 2
+        err = capsys.readouterr().err
+        assert flags[0] in err and "--device" in err and err.count("\n") == 1
+
+
 def test_a_server_that_does_not_speak_http_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     import socket
     import threading
