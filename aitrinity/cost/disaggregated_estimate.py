@@ -127,6 +127,7 @@ def _pool_layouts(qplan: Plan, d: Disaggregation, job: ServingJob, system: Syste
         system.engine,
         routing=job.moe_routing,
         scale_out=ScaleOut.of(system),
+        compute_dtype=qplan.compute_dtype,
     )
     return dataclasses.replace(dec_lay, tp=d.prefill_tp, ep=d.prefill_ep), dec_lay
 

@@ -501,6 +501,7 @@ def estimate_concurrency(
         scale_out=ScaleOut.of(system),
         cp=qplan.cp,
         cp_method=qplan.cp_method,
+        compute_dtype=qplan.compute_dtype,
     )
     ss = steady_state(
         m,

@@ -293,7 +293,7 @@ class RooflineKernels:
         width = 2.0 * head_dim if mla is None else float(sum(mla))  # QK^T's and AV's inner dimensions
         flops = b * s * s * heads * width  # QK^T and AV over the causal half: 2·s²/2·a·(d_qk + d_v)
         p = self.params.attention
-        return p.launch_s + flops / (self._peak("bf16") * p.prefill_efficiency)
+        return p.launch_s + flops / (self._peak(unquantized(kv_dtype)) * p.prefill_efficiency)
 
     def decode_attention(
         self,
@@ -572,6 +572,13 @@ def value_bytes(k: Kernels, dtype: str) -> float | Array:
     return BYTES_PER_DTYPE[dtype]
 
 
+def unquantized(dtype: str) -> str:
+    """The dtype a matmul on activations runs in when its operands are in ``dtype``: ``dtype`` itself where it is a
+    float of 16 bits or more (an fp32 model's attention and LM head run in fp32), else bf16 (a quantized KV cache is
+    dequantized for attention; an fp8 or fp4 model keeps its LM head, router and attention in bf16)."""
+    return dtype if dtype in ("fp32", "tf32", "fp16", "bf16") else "bf16"
+
+
 @dataclass(frozen=True)
 class MixedKernels:
     """Kernels whose weight and KV dtypes differ from element to element: a query in :data:`WEIGHTS` or
@@ -625,8 +632,8 @@ class MixedKernels:
         def t(d: str) -> Array:
             return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d, mla)
 
-        if kv_dtype != KV or isinstance(self.base, RooflineKernels):  # the roofline's prefill reads no KV dtype
-            return t(kv_dtype if kv_dtype != KV else self.kv.names[0])
+        if kv_dtype != KV:
+            return t(kv_dtype)
         return self._mix(self.kv, t)
 
     def decode_attention(

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from aitrinity.cost.kernels import Array, Kernels, MoEShape, value_bytes
+from aitrinity.cost.kernels import Array, Kernels, MoEShape, unquantized, value_bytes
 from aitrinity.spec.hardware import LinkSpec
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import System
@@ -156,6 +156,9 @@ class Layout:
     cp_method: str = "ring"
     """How the ``cp`` groups attend (:func:`context_parallel_time`): ``ring`` (pass-KV / pass-Q ring attention, Yang
     et al. 2024) or ``ulysses`` (all-to-alls to a head split and back, Jacobs et al. 2023)."""
+    compute_dtype: str = "bf16"
+    """The plan's compute dtype: the LM head and the MoE router run in it, in bf16 where it is a quantized one
+    (:func:`aitrinity.cost.kernels.unquantized`: engines keep them unquantized when the weights are)."""
 
     def __post_init__(self) -> None:
         tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
@@ -332,7 +335,8 @@ def mlp_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array, moe_layer: bo
     shape = MoEShape(h, e.expert_intermediate_size, e.experts_per_token, e.num_experts, lay.moe_tp, ep, lay.routing)
     measured = k.moe(tokens * dp, shape, wd)  # the tables count the MoE group's tokens
     experts = np.where(np.isnan(measured), experts, measured)
-    return k.gemm(tokens, e.num_experts, h, "bf16") + experts + shared_expert_time(m, k, lay, tokens)
+    router = k.gemm(tokens, e.num_experts, h, unquantized(lay.compute_dtype))
+    return router + experts + shared_expert_time(m, k, lay, tokens)
 
 
 def shared_expert_time(m: ModelSpec, k: Kernels, lay: Layout, tokens: Array) -> Array:
@@ -523,7 +527,7 @@ def step_times(
     if np.any(cp > 1):
         comm = comm + layers * context_parallel_time(m, k, lay, step, (a, g, d))
     gemm = layers * projections + m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp
-    gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, "bf16")  # LM head
+    gemm = gemm + k.gemm(samplers, m.vocab_size // tp, h, unquantized(lay.compute_dtype))  # LM head
     elementwise = layers * elem + 2.0 * k.elementwise(act_bytes)  # embedding gather, final norm
     shape = np.broadcast(dec, ctx, nps, plen, prefix).shape
     engine = np.broadcast_to(step_overhead_s + sequence_overhead_s * (dec + nps), shape).astype(np.float64)

@@ -133,6 +133,7 @@ class _Splits:
             self.system.engine,
             routing=self.job.moe_routing,
             scale_out=self.scale_out,
+            compute_dtype=q.compute_dtype,
         )
 
 

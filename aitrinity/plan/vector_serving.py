@@ -167,6 +167,8 @@ class SteadyRequest:
     in one call)."""
     cp_method: str = "ring"
     """How the CP groups attend (``plan.cp_method``)."""
+    compute_dtype: str = "bf16"
+    """The activations' dtype (``plan.compute_dtype``: the LM head's and the router's)."""
 
 
 @dataclass(frozen=True)
@@ -186,11 +188,12 @@ def answer_steady(
     (TP, EP, context-parallel degree, batch, weight dtype, KV dtype); each request gets its own rows' values back (a
     value does not depend on which others are in the call)."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
-    groups: dict[tuple[str, str, float, Speculation | None, str], list[int]] = {}
+    groups: dict[tuple[str, str, float, Speculation | None, str, str], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation, r.cp_method), []).append(i)
+        shared = (r.weights_dtype, r.cache_dtype, r.prefix_hit, r.speculation, r.cp_method, r.compute_dtype)
+        groups.setdefault(shared, []).append(i)
     out: list[list[F] | None] = [None] * len(requests)
-    for (wd, kd, hit, spec, method), members in groups.items():
+    for (wd, kd, hit, spec, method, cd), members in groups.items():
         tps = np.concatenate([requests[i].tp for i in members])
         eps = np.concatenate([requests[i].ep for i in members])
         cps = np.concatenate([np.full(len(requests[i].keys), requests[i].cp, dtype=np.int64) for i in members])
@@ -214,6 +217,7 @@ def answer_steady(
                 scale_out=ScaleOut.of(system),
                 cp=cp,
                 cp_method=method,
+                compute_dtype=cd,
             )
             ss = steady_state(
                 m,
@@ -364,6 +368,7 @@ def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx:
         fx.speculation,
         int(cps[0]),
         fplan.cp_method,
+        fplan.compute_dtype,
     )
 
 

@@ -122,3 +122,29 @@ def test_a_calibrated_device_launches_at_its_measured_operator_overhead():
     assert p.gemm["bf16"].launch_s == 9e-6 and p.attention.launch_s == 9e-6 and "measured" in p.source
     plain = dev.model_copy(update={"kernels": None})
     assert generic_params(plain).gemm["bf16"].launch_s == 5e-6  # nothing measured: the 5 µs assumption
+
+
+def test_attention_runs_in_the_kv_dtype_unless_it_is_quantized():
+    """Prefill attention was priced at the bf16 peak whatever the model: on a CPU profile whose bf16 matmuls run at
+    1 GFLOP/s and fp32 at 100 (this project's 2-core VM measured 1.0 and 124), an fp32 model's 256-token prefill
+    took 111 ms of attention instead of ~1. It runs in the K and V's dtype, bf16 for a quantized cache."""
+    from aitrinity.cost.kernels import roofline, unquantized
+
+    dev = catalog.device("h100-sxm")
+    cpu = dev.model_copy(update={"peak_flops": {"bf16": 1e9, "fp32": 1e11}, "kernels": None})
+    k = roofline(cpu)
+
+    def t(dtype: str) -> float:
+        return float(k.prefill_attention(np.array([1.0]), np.array([256.0]), 8, 2, 64, dtype)[0])
+
+    launch = k.params.attention.launch_s
+    assert (t("bf16") - launch) == pytest.approx(100 * (t("fp32") - launch))
+    assert t("fp8") == t("int8") == t("bf16")
+    assert [unquantized(d) for d in ("fp32", "fp16", "bf16", "fp8", "int4", "fp4")] == [
+        "fp32",
+        "fp16",
+        "bf16",
+        "bf16",
+        "bf16",
+        "bf16",
+    ]

@@ -80,6 +80,15 @@ CASES = [
         {"exchanges": [{"kind": "speculative-decoding", "draft_tokens": 3, "acceptance": 0.7, "draft_layers": 4}]},
         {"efficiency": Efficiency(compute=0.6, memory=0.8, op_overhead_s=2e-5)},
     ),
+    (  # an fp32 model: its attention and LM head at the fp32 peak, quantized KV rows' attention at bf16's
+        "llama-3.1-8b",
+        2,
+        1,
+        1,
+        ServingJob(prompt_tokens=2048, output_tokens=128),
+        {"compute_dtype": "fp32"},
+        {"host_memory": "host-dram"},
+    ),
     (  # context parallelism: the 32k prompts split over 2 groups of tp 8 on two nodes, the KV sharded
         "llama-3.1-70b",
         16,
