@@ -152,11 +152,13 @@ class Kernels(Protocol):
         head_dim: int,
         kv_dtype: str,
         mla: tuple[int, int] | None = None,
+        compute_dtype: str = "bf16",
     ) -> Array:
         """Causal attention of ``batch`` sequences of ``tokens`` new tokens each (flash attention). ``mla``: the
         (QK, V) widths of each head when the model's attention is MLA (``head_dim`` is then its latent, what the
         measured MLA kernels are keyed by): a prefill up-projects the latent and runs multi-head attention of those
-        widths (DeepSeek-V2 §2.1.2; the absorbed form is the decode's)."""
+        widths (DeepSeek-V2 §2.1.2; the absorbed form is the decode's). ``compute_dtype``: the plan's, what a
+        quantized KV cache is dequantized to (:func:`attention_dtype`)."""
         ...
 
     def decode_attention(
@@ -288,12 +290,13 @@ class RooflineKernels:
         head_dim: int,
         kv_dtype: str,
         mla: tuple[int, int] | None = None,
+        compute_dtype: str = "bf16",
     ) -> Array:
         b, s = _as(batch), _as(tokens)
         width = 2.0 * head_dim if mla is None else float(sum(mla))  # QK^T's and AV's inner dimensions
         flops = b * s * s * heads * width  # QK^T and AV over the causal half: 2·s²/2·a·(d_qk + d_v)
         p = self.params.attention
-        return p.launch_s + flops / (self._peak(unquantized(kv_dtype)) * p.prefill_efficiency)
+        return p.launch_s + flops / (self._peak(attention_dtype(kv_dtype, compute_dtype)) * p.prefill_efficiency)
 
     def decode_attention(
         self,
@@ -469,10 +472,13 @@ class TableKernels:
         head_dim: int,
         kv_dtype: str,
         mla: tuple[int, int] | None = None,
+        compute_dtype: str = "bf16",
     ) -> Array:
         at = self._attention(head_dim, kv_dtype)
         if at is None:
-            return self.fallback.prefill_attention(batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla)
+            return self.fallback.prefill_attention(
+                batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla, compute_dtype
+            )
         tables = at
 
         def time(g: int) -> Array:
@@ -574,9 +580,16 @@ def value_bytes(k: Kernels, dtype: str) -> float | Array:
 
 def unquantized(dtype: str) -> str:
     """The dtype a matmul on activations runs in when its operands are in ``dtype``: ``dtype`` itself where it is a
-    float of 16 bits or more (an fp32 model's attention and LM head run in fp32), else bf16 (a quantized KV cache is
-    dequantized for attention; an fp8 or fp4 model keeps its LM head, router and attention in bf16)."""
+    float of 16 bits or more (an fp32 model's LM head runs in fp32), else bf16 (an fp8 or fp4 model keeps its LM
+    head and router in bf16)."""
     return dtype if dtype in ("fp32", "tf32", "fp16", "bf16") else "bf16"
+
+
+def attention_dtype(kv_dtype: str, compute_dtype: str = "bf16") -> str:
+    """The dtype attention's matmuls run in: the K and V's own where they are a float of 16 bits or more, else what
+    a quantized cache is dequantized to -- the plan's compute dtype, unquantized (an fp32 model's fp8 cache is read
+    into fp32; a bf16 or fp8 model's into bf16)."""
+    return kv_dtype if unquantized(kv_dtype) == kv_dtype else unquantized(compute_dtype)
 
 
 @dataclass(frozen=True)
@@ -628,9 +641,10 @@ class MixedKernels:
         head_dim: int,
         kv_dtype: str,
         mla: tuple[int, int] | None = None,
+        compute_dtype: str = "bf16",
     ) -> Array:
         def t(d: str) -> Array:
-            return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d, mla)
+            return self.base.prefill_attention(batch, tokens, heads, kv_heads, head_dim, d, mla, compute_dtype)
 
         if kv_dtype != KV:
             return t(kv_dtype)

@@ -158,7 +158,8 @@ class Layout:
     et al. 2024) or ``ulysses`` (all-to-alls to a head split and back, Jacobs et al. 2023)."""
     compute_dtype: str = "bf16"
     """The plan's compute dtype: the LM head and the MoE router run in it, in bf16 where it is a quantized one
-    (:func:`aitrinity.cost.kernels.unquantized`: engines keep them unquantized when the weights are)."""
+    (:func:`aitrinity.cost.kernels.unquantized`: engines keep them unquantized when the weights are), and a quantized
+    KV cache is read into it for attention (:func:`aitrinity.cost.kernels.attention_dtype`)."""
 
     def __post_init__(self) -> None:
         tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
@@ -239,7 +240,7 @@ def _attention(
     attn = np.where(dec > 0, k.decode_attention(np.maximum(dec, 1.0), c, a, g, d, lay.kv_dtype, mla), 0.0)
 
     def causal(s: Array) -> Array:
-        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla)
+        t = k.prefill_attention(np.maximum(nps, 1.0), s, a, g, d, lay.kv_dtype, mla, lay.compute_dtype)
         return t if window is None else t * window_share(s, window)
 
     s = np.maximum(plen, 1.0)

@@ -127,7 +127,8 @@ def test_a_calibrated_device_launches_at_its_measured_operator_overhead():
 def test_attention_runs_in_the_kv_dtype_unless_it_is_quantized():
     """Prefill attention was priced at the bf16 peak whatever the model: on a CPU profile whose bf16 matmuls run at
     1 GFLOP/s and fp32 at 100 (this project's 2-core VM measured 1.0 and 124), an fp32 model's 256-token prefill
-    took 111 ms of attention instead of ~1. It runs in the K and V's dtype, bf16 for a quantized cache."""
+    took 111 ms of attention instead of ~1. It runs in the K and V's dtype, or for a quantized cache in the plan's
+    compute dtype (bf16 where that is quantized too)."""
     from aitrinity.cost.kernels import roofline, unquantized
 
     dev = catalog.device("h100-sxm")
@@ -139,7 +140,9 @@ def test_attention_runs_in_the_kv_dtype_unless_it_is_quantized():
 
     launch = k.params.attention.launch_s
     assert (t("bf16") - launch) == pytest.approx(100 * (t("fp32") - launch))
-    assert t("fp8") == t("int8") == t("bf16")
+    assert t("fp8") == t("int8") == t("bf16")  # a bf16 model's quantized cache is read into bf16
+    fp8_in_fp32 = k.prefill_attention(np.array([1.0]), np.array([256.0]), 8, 2, 64, "fp8", None, "fp32")
+    assert float(fp8_in_fp32[0]) == t("fp32")  # an fp32 model's into fp32
     assert [unquantized(d) for d in ("fp32", "fp16", "bf16", "fp8", "int4", "fp4")] == [
         "fp32",
         "fp16",

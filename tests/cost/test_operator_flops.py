@@ -36,10 +36,12 @@ class _Flops:
     def moe(self, tokens, shape, dtype):
         return np.full(np.shape(tokens), np.nan)
 
-    def prefill_attention(self, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla=None):
+    def prefill_attention(self, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla=None, compute_dtype="bf16"):
         from aitrinity.cost.kernels import RooflineKernels
 
-        return RooflineKernels.prefill_attention(_UNIT, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla)
+        return RooflineKernels.prefill_attention(
+            _UNIT, batch, tokens, heads, kv_heads, head_dim, kv_dtype, mla, compute_dtype
+        )
 
     def __getattr__(self, name):  # collectives, element-wise passes: not FLOPs
         return lambda *a, **kw: np.zeros(np.shape(a[0]))
