@@ -168,7 +168,8 @@ class SteadyRequest:
     cp_method: str = "ring"
     """How the CP groups attend (``plan.cp_method``)."""
     compute_dtype: str = "bf16"
-    """The activations' dtype (``plan.compute_dtype``: the LM head's and the router's)."""
+    """``plan.compute_dtype``: the LM head's and the router's, and what a quantized KV cache is read into for
+    attention (:attr:`aitrinity.cost.operators.Layout.compute_dtype`)."""
 
 
 @dataclass(frozen=True)
