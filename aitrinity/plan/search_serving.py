@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -36,8 +36,6 @@ from aitrinity.plan.vector_serving import (
     RESOURCES,
     ServingPriced,
     ServingRows,
-    SteadyAnswer,
-    SteadyRequest,
     answer_steady,
     dimensions,
     fixed_exchanges,
@@ -252,14 +250,22 @@ def search_serving(
             "workload.serving", ctx, f"prompt + output tokens at most {m.name}'s max_seq_len ({m.max_seq_len})"
         )
     combos = registry.option_combinations("serving")
-    pending = [
-        _prepare(m, job, base.model_copy(update={"cp": cp}), system, ttft_slo_s, tpot_slo_s, prefix_hit_rate, combos)
-        for cp in context_degrees(job, base, system.num_devices, m)
+    parts: list[_Part] = []
+    for cp in context_degrees(job, base, system.num_devices, m):
+        offset = int(max((p.rank.max() for p in parts if len(p.rank)), default=-1)) + 1
+        parts += _parts(m, job, base.model_copy(update={"cp": cp}), system, prefix_hit_rate, combos, offset)
+    calls = _calls(parts)
+    deferred = [
+        price_rows_deferred(m, job, c[0].plan, system, _joined([p.rows for p in c]), ttft_slo_s, tpot_slo_s)
+        for c in calls
     ]
     # the steady states of every layout of every context-parallel degree at once (they share the model's constants)
-    requests = [r for p in pending for r, _ in p.deferred if r is not None]
-    answers = iter(answer_steady(m, kernels or roofline(system.device), system, job, requests))
-    t = _complete(pending, answers, job, combos)
+    answers = iter(
+        answer_steady(m, kernels or roofline(system.device), system, job, [r for r, _ in deferred if r is not None])
+    )
+    t = _complete(
+        calls, [finish(next(answers) if r is not None else None) for r, finish in deferred], job, combos, base
+    )
     priced = t.priced
     idx, order = _ranking(t, objective, combos)
     # (no $ or J column: for one system both are a constant over the throughput, so they rank as it does -- and a
@@ -292,13 +298,16 @@ def _ranking(t: _Table, objective: ServingObjective, combos: list[list[Any]]) ->
     }[objective]
     idx = np.flatnonzero(priced.feasible & np.isfinite(score))
     rows = t.rows
-    cps = rows.cp if rows.cp is not None else np.ones(len(rows), dtype=np.int64)
-    simple = rows.tp * cps * rows.pp + (rows.ep > 1) + (cps > 1)
+    tp, pp, ep = rows.tp[idx], rows.pp[idx], rows.ep[idx]
+    cps = rows.cp[idx] if rows.cp is not None else np.ones(len(idx), dtype=np.int64)
+    simple = tp * cps * pp + (ep > 1) + (cps > 1)
     for _, d in dimensions():
         if d.plain is not None:
-            simple += getattr(rows, d.column) != d.code(d.plain)
-    simple += np.array([len(entries) for entries in combos])[t.added]
-    return idx, idx[np.lexsort((idx, quantize(priced.hbm_bytes[idx]), simple[idx], t.drop[idx], quantize(score[idx])))]
+            simple += getattr(rows, d.column)[idx] != d.code(d.plain)
+    simple += np.array([len(entries) for entries in combos])[t.added[idx]]
+    return idx, idx[
+        np.lexsort((t.rank[idx], quantize(priced.hbm_bytes[idx]), simple, t.drop[idx], quantize(score[idx])))
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,6 +323,9 @@ class _Table:
     """Index into the combinations of registered techniques' options."""
     drop: np.ndarray
     """Accuracy drop (those above the job's budget are marked infeasible)."""
+    rank: Ints
+    """The row's place in the one-layout-at-a-time search's order (the ranking's last tie-break): rows are kept in
+    the order they were priced, not sorted into it, which would gather every column once more."""
 
 
 def context_degrees(job: ServingJob, base: Plan, devices: int, m: ModelSpec | None = None) -> list[int]:
@@ -336,92 +348,114 @@ def context_degrees(job: ServingJob, base: Plan, devices: int, m: ModelSpec | No
 
 
 @dataclasses.dataclass(frozen=True)
-class _Pending:
-    """One context-parallel degree's candidates, priced but for their steady states (:func:`_prepare`)."""
+class _Part:
+    """Candidates of one context-parallel degree that share a plan: one prefix-cache size (or none searched) and one
+    combination of registered options, over their layouts x the row grid (:func:`_parts`)."""
 
-    base: Plan
-    deferred: list[tuple[SteadyRequest | None, Callable[[SteadyAnswer | None], ServingPriced]]]
-    rows: list[ServingRows]
-    capacity: list[np.ndarray]
-    hit: list[np.ndarray]
-    added: list[np.ndarray]
-    rank: list[np.ndarray]
+    plan: Plan
+    rows: ServingRows
+    capacity: float | None
+    """The prefix cache's capacity the rows try (None: not searched)."""
+    hit: float | None
+    added: int
+    """Index into the combinations of registered techniques' options."""
+    rank: Ints
+    """Each row's place in the one-layout-at-a-time search's order."""
+    shared: bool
+    """Whether the plan is the scenario's own but for the degree and the options (no prefix-cache size searched), so
+    that the same options' parts of every degree are priced in one call: the rows carry their degree."""
 
 
-def _prepare(
+def _parts(
     m: ModelSpec,
     job: ServingJob,
     base: Plan,
     system: System,
-    ttft_slo_s: float | None,
-    tpot_slo_s: float | None,
     prefix_hit_rate: Callable[[int, int], float] | None,
     combos: list[list[Any]],
-) -> _Pending:
-    """Price every layout (and, for a MoE model, expert-parallel degree) x prefix-cache size x registered options
-    x the row grid of ``base``'s context-parallel degree but for the steady states: one vectorized call for all the
-    layouts of each prefix-cache size and option (the prefix cache's sizes, when searched, depend on the layout: one
-    call per layout and size). Rows come out layout by layout, then by prefix-cache size, option and grid row."""
+    offset: int,
+) -> list[_Part]:
+    """Every layout (and, for a MoE model, expert-parallel degree) x prefix-cache size x registered options x the row
+    grid of ``base``'s context-parallel degree, one part per prefix-cache size and option (the prefix cache's sizes,
+    when searched, depend on the layout: one part per layout and size); their ranks start at ``offset``, layout by
+    layout, then by prefix-cache size, option and grid row."""
     host = system.host_memory is not None
     lays = _layouts(m, system, base.ep, base.cp)
     if base.cp > 1 and base.cp_method == "ulysses":  # Ulysses splits a TP rank's query and KV heads over the group
         lays = [lay for lay in lays if not ulysses_serving_refusal(m, lay[0], base.cp)]
     variants: list[tuple[Plan, list[tuple[int, int, int]], float | None, float | None, int]] = []
     replayed: dict[int, float] = {}
-    if _searches_prefix(base, system, prefix_hit_rate):
+    searched = _searches_prefix(base, system, prefix_hit_rate)
+    if searched:
         for li, (tp, pp, ep) in enumerate(lays):
             for plan, capacity, hit in _prefix_options(m, base, system, tp * base.cp, pp, prefix_hit_rate, replayed):
                 variants.append((plan, [(tp, pp, ep)], capacity, hit, li))
     else:
         variants.append((base, lays, None, None, 0))
-    out = _Pending(base, [], [], [], [], [], [])
+    out = []
     for v, (plan, group, capacity, hit, first) in enumerate(variants):
         rows = _grid(host, job, group, base.cp)
         per = len(rows) // max(len(group), 1)
+        # the order of the one-layout-at-a-time search: layout, prefix-cache size (variant), option, grid row
+        layout = first + np.arange(len(rows)) // per
         for c, entries in enumerate(combos):
-            p = registry.with_added(plan, entries)
-            out.deferred.append(price_rows_deferred(m, job, p, system, rows, ttft_slo_s, tpot_slo_s))
-            out.rows.append(rows)
-            out.added.append(np.full(len(rows), c))
-            out.capacity.append(np.full(len(rows), np.nan if capacity is None else capacity))
-            out.hit.append(np.full(len(rows), np.nan if hit is None else hit))
-            # the order of the one-layout-at-a-time search: layout, prefix-cache size (variant), option, grid row
-            layout = first + np.arange(len(rows)) // per
-            out.rank.append(((layout * len(variants) + v) * len(combos) + c) * per + np.arange(len(rows)) % per)
+            rank = offset + ((layout * len(variants) + v) * len(combos) + c) * per + np.arange(len(rows)) % per
+            out.append(_Part(registry.with_added(plan, entries), rows, capacity, hit, c, rank, not searched))
     return out
 
 
+def _calls(parts: list[_Part]) -> list[list[_Part]]:
+    """The parts grouped into pricing calls: the :attr:`_Part.shared` ones of the same options together (one call
+    for every context-parallel degree), each other part alone."""
+    calls: list[list[_Part]] = []
+    together: dict[int, list[_Part]] = {}
+    for p in parts:
+        if not p.shared:
+            calls.append([p])
+        elif p.added in together:
+            together[p.added].append(p)
+        else:
+            together[p.added] = [p]
+            calls.append(together[p.added])
+    return calls
+
+
+def _joined(rows: list[ServingRows]) -> ServingRows:
+    """One table of several parts' rows."""
+    if len(rows) == 1:
+        return rows[0]
+    return ServingRows(*(np.concatenate([getattr(r, f) for r in rows]) for f in ServingRows.__dataclass_fields__))
+
+
 def _complete(
-    pending: list[_Pending], answers: Iterator[SteadyAnswer], job: ServingJob, combos: list[list[Any]]
+    calls: list[list[_Part]],
+    priced: list[ServingPriced],
+    job: ServingJob,
+    combos: list[list[Any]],
+    base: Plan,
 ) -> _Table:
-    """The candidates of every context-parallel degree finished from their steady states (``answers``, in the order
-    of their requests), in search order -- degree by degree, each in its own order -- with their accuracy drop (over
-    the job's budget: infeasible). One concatenation of each column for all the degrees."""
-    parts, rows, rank, caps, hits, added = [], [], [], [], [], []
-    offset = 0
-    for p in pending:
-        parts += [finish(next(answers) if r is not None else None) for r, finish in p.deferred]
-        rows += p.rows
-        caps += p.capacity
-        hits += p.hit
-        added += p.added
-        rank += [r + offset for r in p.rank]
-        offset += int(max(r.max() for r in p.rank)) + 1 if any(len(r) for r in p.rank) else 0
-    order = np.argsort(np.concatenate(rank), kind="stable") if len(parts) > 1 else slice(None)
-    priced = ServingPriced(
-        *(np.concatenate([getattr(x, f) for x in parts])[order] for f in ServingPriced.__dataclass_fields__)
+    """The candidates of every pricing call (``priced``, one table per call of ``calls``), in the order they were
+    priced, with their place in search order and their accuracy drop (over the job's budget: infeasible). One
+    concatenation of each column for all the calls."""
+    parts = [p for call in calls for p in call]
+    table = ServingPriced(
+        *(np.concatenate([getattr(x, f) for x in priced]) for f in ServingPriced.__dataclass_fields__)
     )
-    tiled = ServingRows(
-        *(np.concatenate([getattr(r, f) for r in rows])[order] for f in ServingRows.__dataclass_fields__)
+    tiled = _joined([p.rows for p in parts])
+    n = [len(p.rows) for p in parts]
+    caps, hits = (
+        np.repeat([np.nan if x is None else x for x in xs], n)
+        for xs in ([p.capacity for p in parts], [p.hit for p in parts])
     )
-    caps_a, hits_a, added_a = (np.concatenate(x)[order] for x in (caps, hits, added))
+    added = np.repeat(np.array([p.added for p in parts], dtype=np.int64), n)
+    rank = np.concatenate([p.rank for p in parts])
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
-    drop = _accuracy_drop(pending[0].base, tiled) + combo_drop[added_a]  # (the degrees' bases differ only in cp)
-    over = priced.feasible & (drop > job.max_accuracy_drop + 1e-12)
-    priced = dataclasses.replace(
-        priced, feasible=priced.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), priced.reason)
+    drop = _accuracy_drop(base, tiled) + combo_drop[added]  # (the parts' plans differ from ``base`` only in cp)
+    over = table.feasible & (drop > job.max_accuracy_drop + 1e-12)
+    table = dataclasses.replace(
+        table, feasible=table.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), table.reason)
     )
-    return _Table(tiled, priced, caps_a, hits_a, added_a, drop)
+    return _Table(tiled, table, caps, hits, added, drop, rank)
 
 
 def _or_none(values: np.ndarray) -> list[float | None]:

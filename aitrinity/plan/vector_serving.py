@@ -162,14 +162,18 @@ class SteadyRequest:
     keys: Ints
     """``(batch * len(WEIGHT_DTYPES) + weight dtype) * len(KV_DTYPES) + KV dtype`` of each row that runs."""
     speculation: Speculation | None = None
-    cp: int = 1
-    """The rows' context-parallel degree (one per request; :func:`answer_steady` prices requests of several degrees
-    in one call)."""
+    cp: Ints | None = None
+    """Each row's context-parallel degree (None: 1): a request may mix degrees, as the serving search's does."""
     cp_method: str = "ring"
     """How the CP groups attend (``plan.cp_method``)."""
     compute_dtype: str = "bf16"
     """``plan.compute_dtype``: the LM head's and the router's, and what a quantized KV cache is read into for
     attention (:attr:`aitrinity.cost.operators.Layout.compute_dtype`)."""
+
+
+def _degrees_of(r: SteadyRequest) -> Ints:
+    """The context-parallel degree of each of the request's rows."""
+    return r.cp if r.cp is not None else np.ones(len(r.keys), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ def answer_steady(
     for (wd, kd, hit, spec, method, cd), members in groups.items():
         tps = np.concatenate([requests[i].tp for i in members])
         eps = np.concatenate([requests[i].ep for i in members])
-        cps = np.concatenate([np.full(len(requests[i].keys), requests[i].cp, dtype=np.int64) for i in members])
+        cps = np.concatenate([_degrees_of(requests[i]) for i in members])
         keys = np.concatenate([requests[i].keys for i in members])
         values = np.zeros((4, 0))
         if len(keys):  # (no row runs -- none fits: nothing to price)
@@ -357,8 +361,6 @@ def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx:
     :func:`answer_steady`."""
     nw, nk = len(WEIGHT_DTYPES), len(KV_DTYPES)
     keys = (rows.batch[runs] * nw + rows.weight_dtype[runs]) * nk + rows.kv_dtype[runs]
-    cps = np.unique(rows.cp) if rows.cp is not None else np.ones(1, dtype=np.int64)
-    assert len(cps) == 1, "one context-parallel degree per call"
     return SteadyRequest(
         fplan.weights_dtype,
         fplan.cache_dtype,
@@ -367,7 +369,7 @@ def _steady_request(rows: ServingRows, runs: NDArray[np.bool_], fplan: Plan, fx:
         rows.ep[runs],
         keys,
         fx.speculation,
-        int(cps[0]),
+        rows.cp[runs] if rows.cp is not None else None,
         fplan.cp_method,
         fplan.compute_dtype,
     )
