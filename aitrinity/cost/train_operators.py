@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from aitrinity.cost.kernels import Array, Kernels
+from aitrinity.cost.kernels import Array, Kernels, unquantized
 from aitrinity.cost.operators import Layout as ServingLayout
 from aitrinity.cost.operators import attention_shape, mla_widths, mlp_time, projection_time, window_share
 from aitrinity.spec.model import ModelSpec
@@ -107,11 +107,12 @@ def _attention_forward(m: ModelSpec, k: Kernels, tp: int, mb: MicroBatch) -> tup
     if m.local_layers and m.sliding_window:
         local = m.local_layers / m.num_layers
         kept = local * window_share(s, m.sliding_window) + (1.0 - local)
+    dt = unquantized(mb.dtype)  # attention on activations: an fp8 run's in bf16, an fp32 run's in fp32
     if mb.flash_attention:
-        return k.prefill_attention(b, s, a, g, d, "bf16", mla_widths(m)) * kept / cp, np.zeros(np.shape(b))
+        return k.prefill_attention(b, s, a, g, d, dt, mla_widths(m), dt) * kept / cp, np.zeros(np.shape(b))
     qk, v = mla_widths(m) or (d, d)
     heads = b * a  # one (s x d)·(d x s) and one (s x s)·(s x d) product per head
-    products = heads * (k.gemm(s, s, qk, mb.dtype) + k.gemm(s, v, s, mb.dtype)) / cp
+    products = heads * (k.gemm(s, s, qk, dt) + k.gemm(s, v, s, dt)) / cp
     passes = 6.0 + (3.5 if m.dropout else 0.0)  # QKᵀ out, softmax in/out, (dropout in/out/mask), AV in
     return products, k.elementwise(heads * s * s * 2.0 * passes / cp)
 

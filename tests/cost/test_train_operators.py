@@ -81,3 +81,21 @@ def test_schedule_bubble_is_p_minus_one_over_v_slots(setup):
     assert float(one.busy) == pytest.approx(16 * slot)
     st = schedule(slowest_stage(m, k, 8, 4, 1, _mb()), k, 4, 1, 16, 0.001, 1e9)  # with the optimizer's pass
     assert float(st.total) == pytest.approx(float(one.total) + float(k.elementwise(1e9)))
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_attention_runs_in_the_runs_dtype_an_fp8_runs_in_bf16(flash):
+    """Attention's matmuls run in the activations' dtype: an fp32 run's at the fp32 peak (it was priced at bf16's
+    whatever the run), an fp8 run's in bf16 like a bf16 run's (its GEMMs alone are fp8). On a device whose bf16
+    peak is 100x its fp32 one, the fp32 run's attention takes ~100x the bf16 run's."""
+    m = catalog.model("llama-3.1-8b")
+    dev = catalog.device("h100-sxm")
+    cpu = dev.model_copy(update={"peak_flops": {"bf16": 1e13, "fp32": 1e11, "fp8": 2e13}, "kernels": None})
+    k = roofline(cpu)
+
+    def attention(dtype: str) -> float:
+        return float(layer_times(m, k, 1, 1, MicroBatch(1, 2048, 0, False, flash, dtype), False).attention)
+
+    bf16, fp32, fp8 = attention("bf16"), attention("fp32"), attention("fp8")
+    assert fp8 == bf16
+    assert fp32 > 20 * bf16
