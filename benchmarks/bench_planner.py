@@ -9,7 +9,9 @@ llm-analysis side, in a child process of this one (same
 process group, its own environment): `train()` / `infer()` called once per
 configuration over the subset of the same space it can express (tp, pp,
 micro-batch, ZeRO stage, recomputation; batch for inference). Both sides report
-configurations per second; the ratio is printed. Then the memory and latency
+configurations per second, each the best of 15 runs after a warm one, in three rounds that alternate the two
+sides (on a VM whose neighbours steal time for seconds at a stretch, the best run is the code's speed and the
+rounds spread the slow spells over both sides); the ratio is printed. Then the memory and latency
 figures of both tools for shared cases are printed side by side
 (benchmarks/compare_llm_analysis.py). Goal (issue 3): >= 1,000,000 per second.
 
@@ -24,6 +26,7 @@ within 2x.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -48,31 +51,38 @@ LA_CHILD = r"""
 import itertools, json, logging, sys, time
 logging.disable(logging.CRITICAL)
 from llm_analysis.analysis import train, infer
-kind, limit = sys.argv[1], int(sys.argv[2])
-done = failed = 0
-start = time.perf_counter()
-if kind == "train":
-    space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 4, 8], [0, 1, 2, 3], [0, 1, 2])
-    for tp, pp, mb, zero, rec in itertools.islice(space, limit):
-        try:
-            train(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb", dtype_name="w16a16e16",
-                  log_level="ERROR", batch_size_per_gpu=mb, global_batch_size=128, seq_len=4096, ds_zero=zero,
-                  tp_size=tp, pp_size=pp, total_num_gpus=256, activation_recomputation=rec,
-                  flops_efficiency=0.7, hbm_memory_efficiency=0.85)
-        except Exception:
-            failed += 1
-        done += 1
-else:
-    space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64], [1])
-    for tp, b, _ in itertools.islice(space, limit):
-        try:
-            infer(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb", dtype_name="w16a16e16",
-                  log_level="ERROR", batch_size_per_gpu=b, seq_len=2048, num_tokens_to_generate=256, tp_size=tp,
-                  flops_efficiency=0.7, hbm_memory_efficiency=0.85)
-        except Exception:
-            failed += 1
-        done += 1
-elapsed = time.perf_counter() - start
+kind, limit, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+def one_pass():
+    done = failed = 0
+    start = time.perf_counter()
+    if kind == "train":
+        space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8], [1, 2, 4, 8], [0, 1, 2, 3], [0, 1, 2])
+        for tp, pp, mb, zero, rec in itertools.islice(space, limit):
+            try:
+                train(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb",
+                      dtype_name="w16a16e16", log_level="ERROR", batch_size_per_gpu=mb, global_batch_size=128,
+                      seq_len=4096, ds_zero=zero, tp_size=tp, pp_size=pp, total_num_gpus=256,
+                      activation_recomputation=rec, flops_efficiency=0.7, hbm_memory_efficiency=0.85)
+            except Exception:
+                failed += 1
+            done += 1
+    else:
+        space = itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64], [1])
+        for tp, b, _ in itertools.islice(space, limit):
+            try:
+                infer(model_name="upstage_Llama-2-70b-instruct-v2", gpu_name="h100-sxm-80gb",
+                      dtype_name="w16a16e16", log_level="ERROR", batch_size_per_gpu=b, seq_len=2048,
+                      num_tokens_to_generate=256, tp_size=tp, flops_efficiency=0.7, hbm_memory_efficiency=0.85)
+            except Exception:
+                failed += 1
+            done += 1
+    return done, failed, time.perf_counter() - start
+
+
+one_pass()  # warm: its configuration files read and parsed, as our side's first call warms its caches
+done, failed, elapsed = min((one_pass() for _ in range(repeats)), key=lambda r: r[2])
 print(json.dumps({"configs": done, "failed": failed, "elapsed_s": elapsed, "configs_per_s": done / elapsed,
                   "successful_per_s": (done - failed) / elapsed}))
 """
@@ -119,8 +129,7 @@ def ours(repeats: int) -> dict[str, dict[str, float]]:
         assert job is not None
         for pareto in (False, True):
             out[label + (", with frontier" if pareto else "")] = _time(
-                lambda r=r, job=job, p=pareto: search_training(r.model, job, r.scenario.plan, r.system, pareto=p),
-                repeats,
+                functools.partial(search_training, r.model, job, r.scenario.plan, r.system, pareto=pareto), repeats
             )
     for label, scenario in (
         ("serving, llama-2-70b (shared)", validate(Scenario, SERVE)),
@@ -131,8 +140,7 @@ def ours(repeats: int) -> dict[str, dict[str, float]]:
         assert sjob is not None
         for pareto in (False, True):
             out[label + (", with frontier" if pareto else "")] = _time(
-                lambda r=r, sjob=sjob, p=pareto: search_serving(r.model, sjob, r.scenario.plan, r.system, pareto=p),
-                repeats,
+                functools.partial(search_serving, r.model, sjob, r.scenario.plan, r.system, pareto=pareto), repeats
             )
     return out
 
@@ -173,47 +181,62 @@ def _once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def theirs(python: str, kind: str, limit: int) -> dict[str, float]:
-    done = subprocess.run([python, "-c", LA_CHILD, kind, str(limit)], capture_output=True, text=True, check=True)
+def theirs(python: str, kind: str, limit: int, repeats: int) -> dict[str, float]:
+    """llm-analysis over ``limit`` configurations: the best of ``repeats`` passes after a warm one, as ours."""
+    cmd = [python, "-c", LA_CHILD, kind, str(limit), str(repeats)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _keep_best(best: dict[str, dict[str, float]], new: dict[str, dict[str, float]]) -> None:
+    """Each row's faster measurement of the two."""
+    for name, r in new.items():
+        if name not in best or r["configs_per_s"] > best[name]["configs_per_s"]:
+            best[name] = r
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llm-analysis-python", help="a Python with llm-analysis installed; omitted: ours only")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="runs of each search (and llm-analysis pass) a round")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides, alternating; each row keeps its best")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    report: dict[str, object] = {"aitrinity": ours(args.repeats), "by_depth_s": by_depth()}
-    if args.llm_analysis_python:
-        report["llm-analysis"] = {
-            "training": theirs(args.llm_analysis_python, "train", 768),
-            "serving": theirs(args.llm_analysis_python, "infer", 28),
-        }
+    mine: dict[str, dict[str, float]] = {}
+    la: dict[str, dict[str, float]] = {}
+    for _ in range(args.rounds):  # a slow spell of the VM falls on both sides, not on one
+        _keep_best(mine, ours(args.repeats))
+        if args.llm_analysis_python:
+            _keep_best(
+                la,
+                {
+                    "training": theirs(args.llm_analysis_python, "train", 768, args.repeats),
+                    "serving": theirs(args.llm_analysis_python, "infer", 28, args.repeats),
+                },
+            )
+    depth = by_depth()
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps({"aitrinity": mine, "by_depth_s": depth, **({"llm-analysis": la} if la else {})}, indent=2))
         return 0
     print(f"{'tool / workload':66s} {'configs':>9s} {'seconds':>9s} {'configs/s':>12s}")
-    for name, r in report["aitrinity"].items():  # type: ignore[union-attr]
+    for name, r in mine.items():
         print(f"{'aitrinity ' + name:66s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}")
-    la = report.get("llm-analysis")
-    if isinstance(la, dict):
+    if la:
         for name, r in la.items():
             label = f"llm-analysis {name}, llama-2-70b"
             print(
                 f"{label:66s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}"
                 f"   ({r['failed']:.0f} calls raised: invalid or does not fit)"
             )
-        ours_t = report["aitrinity"]["training, llama-2-70b (shared)"]["configs_per_s"]  # type: ignore[index]
-        ours_s = report["aitrinity"]["serving, llama-2-70b (shared)"]["configs_per_s"]  # type: ignore[index]
+        ours_t = mine["training, llama-2-70b (shared)"]["configs_per_s"]
+        ours_s = mine["serving, llama-2-70b (shared)"]["configs_per_s"]
         print(
             f"speed ratio on the shared cases (llm-analysis counting its failed calls too): "
             f"training {ours_t / la['training']['configs_per_s']:,.0f}x, "
             f"serving {ours_s / la['serving']['configs_per_s']:,.0f}x"
         )
-    depth: dict[str, float] = report["by_depth_s"]  # type: ignore[assignment]
     typical = max(v for k, v in depth.items() if not k.endswith("pp 80"))
     print("\none layout's 6,480 training candidates, by pipeline depth (gpt-3-175b, 1,280 GPUs):")
     for name, sec in depth.items():
@@ -221,8 +244,7 @@ def main() -> int:
     ratio = depth["tp 2 x pp 80"] / typical
     print(f"goal: deep pipeline within 2x of the typical layouts -> {'met' if ratio <= 2 else 'MISSED'} ({ratio:.2f}x)")
     for kind in ("training", "serving"):
-        rates = [r["configs_per_s"] for k, r in report["aitrinity"].items() if k.startswith(kind) and "frontier" in k]  # type: ignore[union-attr]
-        worst = min(rates)
+        worst = min(r["configs_per_s"] for k, r in mine.items() if k.startswith(kind) and "frontier" in k)
         verdict = "met" if worst >= GOAL else "MISSED"
         print(f"goal: >= {GOAL:,} configs/s end to end on one core, {kind} -> {verdict} ({worst:,.0f})")
     if args.llm_analysis_python:
