@@ -20,7 +20,10 @@ Then the cost of one layout's candidates by pipeline depth (GPT-3 175B on 1,280 
 within 2x.
 
     python -m venv /tmp/la && /tmp/la/bin/pip install llm-analysis
-    python benchmarks/bench_planner.py --llm-analysis-python /tmp/la/bin/python [--json]
+    python benchmarks/bench_planner.py --llm-analysis-python /tmp/la/bin/python [--before DIR] [--json]
+
+``--before DIR`` (a source tree of an earlier revision, e.g. ``git worktree add /tmp/before REV``) times the same
+searches on that tree's package in the same rounds, each row printed under ours.
 """
 
 from __future__ import annotations
@@ -189,6 +192,16 @@ def theirs(python: str, kind: str, limit: int, repeats: int) -> dict[str, float]
     return result
 
 
+def _tree_searches(tree: str, repeats: int) -> dict[str, dict[str, float]]:
+    """:func:`ours` on another source tree's package (a child process of this script with that tree first on the
+    path; the same core)."""
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+    cmd = [sys.executable, os.path.abspath(__file__), "--ours-only", "--repeats", str(repeats)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd=tree)
+    result: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 def _keep_best(best: dict[str, dict[str, float]], new: dict[str, dict[str, float]]) -> None:
     """Each row's faster measurement of the two."""
     for name, r in new.items():
@@ -201,13 +214,21 @@ def main() -> int:
     ap.add_argument("--llm-analysis-python", help="a Python with llm-analysis installed; omitted: ours only")
     ap.add_argument("--repeats", type=int, default=5, help="runs of each search (and llm-analysis pass) a round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides, alternating; each row keeps its best")
+    ap.add_argument("--before", metavar="DIR", help="also time the searches of this source tree (an earlier revision)")
+    ap.add_argument("--ours-only", action="store_true", help=argparse.SUPPRESS)  # the --before child: ours, as JSON
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    if args.ours_only:
+        print(json.dumps(ours(args.repeats)))
+        return 0
     mine: dict[str, dict[str, float]] = {}
+    previous: dict[str, dict[str, float]] = {}
     la: dict[str, dict[str, float]] = {}
     for _ in range(args.rounds):  # a slow spell of the VM falls on both sides, not on one
         _keep_best(mine, ours(args.repeats))
+        if args.before:
+            _keep_best(previous, _tree_searches(args.before, args.repeats))
         if args.llm_analysis_python:
             _keep_best(
                 la,
@@ -218,11 +239,16 @@ def main() -> int:
             )
     depth = by_depth()
     if args.json:
-        print(json.dumps({"aitrinity": mine, "by_depth_s": depth, **({"llm-analysis": la} if la else {})}, indent=2))
+        extra = {**({"previous": previous} if previous else {}), **({"llm-analysis": la} if la else {})}
+        print(json.dumps({"aitrinity": mine, "by_depth_s": depth, **extra}, indent=2))
         return 0
     print(f"{'tool / workload':66s} {'configs':>9s} {'seconds':>9s} {'configs/s':>12s}")
     for name, r in mine.items():
         print(f"{'aitrinity ' + name:66s} {r['configs']:9,.0f} {r['elapsed_s']:9.3f} {r['configs_per_s']:12,.0f}")
+        if name in previous:
+            p = previous[name]
+            label = "  --before tree, same search"
+            print(f"{label:66s} {p['configs']:9,.0f} {p['elapsed_s']:9.3f} {p['configs_per_s']:12,.0f}")
     if la:
         for name, r in la.items():
             label = f"llm-analysis {name}, llama-2-70b"
