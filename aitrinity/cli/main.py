@@ -752,5 +752,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def run() -> NoReturn:
+    """The ``trinity`` console script: :func:`main`, then :func:`leave`."""
+    leave(main())
+
+
+def leave(rc: int) -> NoReturn:
+    """Exit with ``rc`` without tearing the interpreter down: flush the standard streams, run the exit handlers
+    (``atexit``: logging's flush, ``weakref.finalize``'s clean-ups such as temporary directories, Ray's shutdown),
+    then ``os._exit``. Clearing the modules and freeing every object one by one takes 30-80 ms after a `trinity
+    diagnose` on the project's 2-core VM (20-40 ms after importing numpy, pydantic and yaml alone) and serves a
+    process that is ending. A plain ``sys.exit`` while another thread runs (it is joined first)."""
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(rc)
+    import atexit
+    import contextlib
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError, ValueError):  # the reader left, or the stream is closed
+            stream.flush()
+    os._exit(rc)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

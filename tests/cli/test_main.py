@@ -245,3 +245,28 @@ def test_an_objective_without_its_figure_is_one_line(capsys):
         "--json",
     )
     assert rc == 0 and json.loads(out)
+
+
+LEAVE = """
+import atexit, sys, threading, time
+from aitrinity.cli.main import leave
+atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True))).start()
+print("x" * 1_000_000)  # more than a pipe holds: still in the buffer when leave() starts
+leave(3)
+"""
+
+
+@pytest.mark.parametrize("case", ["alone", "thread"])
+def test_leave_flushes_the_output_runs_the_exit_handlers_and_keeps_the_code(case):
+    """The console script leaves with ``os._exit`` (no module teardown): the buffered output, the ``atexit``
+    handlers and the exit code all survive it, and a running thread is waited for (a plain exit then)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", LEAVE, case], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3
+    assert "x" * 1_000_000 in p.stdout
+    assert "exit handler ran" in p.stderr
+    assert ("thread finished" in p.stdout) == (case == "thread")
