@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -227,6 +228,21 @@ def _resp(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
+def _send_gathered(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
+    """Send ``parts`` as one stream: one ``sendmsg`` of them all (one system call, and the server woken once for the
+    whole command where the socket buffer holds it -- three ``sendall`` calls woke it for the header, the value and
+    the trailer apart: on one core a 1 MiB put took 670-690 us against redis-benchmark's 376 us, 380-410 us
+    gathered), then ``sendall`` of whatever the buffer did not take (a socket with a timeout sends what fits)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    sent = sock.sendmsg(views)
+    for v in views:
+        if sent >= v.nbytes:
+            sent -= v.nbytes
+            continue
+        sock.sendall(v[sent:])
+        sent = 0
+
+
 class RedisTier(_Scratch):
     """Frames as Redis string values under ``aitrinity:kv:<namespace>:<key hex>``.
 
@@ -268,6 +284,9 @@ class RedisTier(_Scratch):
         self._down_until = 0.0
         self.last_error = ""
         self._doomed: list[bytes] = []  # names to DEL with the next SET
+        self._writer: Any = None  # the connection SETs go out on, kept: the pool's get and release per put (its
+        # observability hooks) cost a fifth of a 64 KiB put on one core
+        self._writing = threading.Lock()
 
     def _name(self, key: bytes) -> bytes:
         return self.prefix + key.hex().encode()
@@ -293,25 +312,30 @@ class RedisTier(_Scratch):
             return False
 
     def _set(self, name: bytes, value: memoryview) -> None:
-        """SET as one RESP command sent in three writes: the value goes to the socket as is, never copied
-        (redis-py's packer, with hiredis, copies a large value more slowly than the link carries it). The
-        pending DELs go first in the same write; both replies come back on one round trip."""
+        """SET as one RESP command, the value never copied (redis-py's packer, with hiredis, copies a large value
+        more slowly than the link carries it), sent with the pending DELs ahead of it in one gathered write
+        (:func:`_send_gathered`); both replies come back on one round trip."""
         doomed, self._doomed = self._doomed, []
         parts: list[bytes | memoryview] = [_resp(b"DEL", *doomed)] if doomed else []
         parts += [b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, value.nbytes), value, b"\r\n"]
-        pool = self._r.connection_pool
-        conn = pool.get_connection()
-        try:
-            conn.send_packed_command(parts, check_health=False)
-            if doomed:
-                conn.read_response()
-            reply = conn.read_response()
-        except BaseException:
-            conn.disconnect()
-            self._doomed[:0] = doomed  # not known to be gone: sent again with the next write
-            raise
-        finally:
-            pool.release(conn)
+        with self._writing:
+            if self._writer is None:
+                self._writer = self._r.connection_pool.get_connection()
+            conn = self._writer
+            try:
+                conn.send_packed_command([], check_health=False)  # connects if it is not
+                sock = getattr(conn, "_sock", None)
+                if sock is not None and sock.__class__ is socket.socket:  # (TLS cannot gather: redis-py's writes)
+                    _send_gathered(sock, parts)
+                else:
+                    conn.send_packed_command(parts, check_health=False)
+                if doomed:
+                    conn.read_response()
+                reply = conn.read_response()
+            except BaseException:
+                conn.disconnect()  # (the next write connects again)
+                self._doomed[:0] = doomed  # not known to be gone: sent again with the next write
+                raise
         if reply not in (b"OK", "OK"):
             raise OSError(f"unexpected SET reply {reply!r}")
 

@@ -105,3 +105,46 @@ def test_an_evicted_blocks_del_rides_with_the_next_set(redis_server):
     got = s.fetch(BlockKeys([b[3], b[1]], [b[3], b[1]], 4))
     assert [bytes(p) for p in got.payloads] == [payload(b[3]), payload(b[1])]
     assert s.flush() == 0 and on_server() == {b[1], b[3]}  # a store that stops sends what is pending
+
+
+def test_blocks_larger_than_the_socket_buffer_round_trip(redis_server):
+    """A put sends its DELs, the SET's header, the value and the trailer in one gathered write; a 24 MiB block does
+    not fit a loopback socket buffer, so the rest follows the first write: every byte still arrives, in order."""
+    k = Keyer.of("big", block_tokens=4)
+    s = KVStore([TierConfig(RedisTier(redis_server.url, k.namespace), 2 * (24 * 2**20 + 64))])
+    b = k.keys(list(range(12))).keys
+    for x in b:  # the third put evicts the first: its DEL rides ahead of the SET
+        assert s.put(x, payload(x, 24 * 2**20))
+    got = s.fetch(BlockKeys(b[1:], b[1:], 4))
+    assert got.blocks == 2 and [bytes(p) for p in got.payloads] == [payload(x, 24 * 2**20) for x in b[1:]]
+
+
+def test_gathered_send_finishes_what_the_first_write_left():
+    """``_send_gathered`` against a socket pair whose reader is slower than the writer: the first ``sendmsg`` takes
+    what the buffer holds, the rest is sent after it, part by part, without loss or reordering."""
+    import socket
+    import threading
+
+    from aitrinity.systems.kvcache.tiers import _send_gathered
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.settimeout(30)  # as redis-py's sockets: a write sends what the buffer takes and returns
+    parts = [b"head-", memoryview(bytearray(range(256)) * 40_000), b"-tail"]
+    want = b"".join(bytes(p) for p in parts)
+    got = bytearray()
+
+    def read() -> None:
+        while len(got) < len(want):
+            chunk = b.recv(65536)
+            if not chunk:  # the writer closed early
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    _send_gathered(a, parts)
+    reader.join(timeout=60)
+    a.close()
+    b.close()
+    assert bytes(got) == want
