@@ -443,14 +443,12 @@ def _complete(
     )
     tiled = _joined([p.rows for p in parts])
     n = [len(p.rows) for p in parts]
-    caps, hits = (
-        np.repeat([np.nan if x is None else x for x in xs], n)
-        for xs in ([p.capacity for p in parts], [p.hit for p in parts])
-    )
+    caps = np.repeat([np.nan if p.capacity is None else p.capacity for p in parts], n)
+    hits = np.repeat([np.nan if p.hit is None else p.hit for p in parts], n)
     added = np.repeat(np.array([p.added for p in parts], dtype=np.int64), n)
     rank = np.concatenate([p.rank for p in parts])
     combo_drop = np.array([registry.quality_of(entries).accuracy_drop for entries in combos])
-    drop = _accuracy_drop(base, tiled) + combo_drop[added]  # (the parts' plans differ from ``base`` only in cp)
+    drop = _accuracy_drop(base, tiled) + combo_drop[added]  # (the parts add to ``base`` no loss but their options')
     over = table.feasible & (drop > job.max_accuracy_drop + 1e-12)
     table = dataclasses.replace(
         table, feasible=table.feasible & ~over, reason=np.where(over, REASONS.index(OVER_BUDGET), table.reason)
