@@ -760,8 +760,8 @@ def run() -> NoReturn:
 def leave(rc: int) -> NoReturn:
     """Exit with ``rc`` without tearing the interpreter down: flush the standard streams, run the exit handlers
     (``atexit``: logging's flush, ``weakref.finalize``'s clean-ups such as temporary directories, Ray's shutdown),
-    then ``os._exit``. Clearing the modules and freeing every object one by one takes 30-80 ms after a `trinity
-    diagnose` on the project's 2-core VM (20-40 ms after importing numpy, pydantic and yaml alone) and serves a
+    then ``os._exit``. Clearing the modules and freeing every object one by one took 55-120 ms after a `trinity
+    diagnose` on the project's 2-core VM (31-41 ms after importing numpy, pydantic and yaml alone) and serves a
     process that is ending. A plain ``sys.exit`` while another thread runs (it is joined first)."""
     import threading
 
