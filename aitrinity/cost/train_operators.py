@@ -144,9 +144,27 @@ def stage_times(
     m: ModelSpec, k: Kernels, tp: int, ep: int, mb: MicroBatch, dense: int, moe: int, first: bool, last: bool
 ) -> ClassTimes:
     """One micro-batch, forward and backward, through a stage of ``dense`` + ``moe`` layers."""
-    out = layer_times(m, k, tp, ep, mb, moe_layer=False).scaled(dense)
+    dense_t = layer_times(m, k, tp, ep, mb, moe_layer=False)
+    moe_t = layer_times(m, k, tp, ep, mb, moe_layer=True) if moe else None
+    return _stage_of(m, k, tp, mb, (dense_t, moe_t), dense, moe, first, last)
+
+
+def _stage_of(
+    m: ModelSpec,
+    k: Kernels,
+    tp: int,
+    mb: MicroBatch,
+    layer: tuple[ClassTimes, ClassTimes | None],
+    dense: int,
+    moe: int,
+    first: bool,
+    last: bool,
+) -> ClassTimes:
+    """:func:`stage_times` from a dense and a MoE layer's :func:`layer_times` (the MoE one where ``moe``)."""
+    out = layer[0].scaled(dense)
     if moe:
-        out = out + layer_times(m, k, tp, ep, mb, moe_layer=True).scaled(moe)
+        assert layer[1] is not None
+        out = out + layer[1].scaled(moe)
     rows = np.asarray(mb.tokens, dtype=np.float64)
     zero = np.zeros(rows.shape)
     if first:  # embedding gather forward, scatter-add of its gradient backward
@@ -191,17 +209,14 @@ class StepTimes:
 
 def slowest_stage(m: ModelSpec, k: Kernels, tp: int, pp: int, ep: int, mb: MicroBatch) -> ClassTimes:
     """One micro-batch on the pipeline stage that takes longest (each distinct stage timed once)."""
-    from aitrinity.cost.training import stage_layers
+    from aitrinity.cost.training import stage_kinds
 
     slowest: ClassTimes | None = None
-    seen: set[tuple[int, int, bool, bool]] = set()
-    for st in range(pp):
-        dense, moe = stage_layers(m, pp, st)
-        key = (dense, moe, st == 0, st == pp - 1)
-        if key in seen:
-            continue
-        seen.add(key)
-        t = stage_times(m, k, tp, ep, mb, *key)
+    kinds = dict.fromkeys(stage_kinds(m, pp))  # each distinct stage once, in stage order; its layers' times once
+    dense_t = layer_times(m, k, tp, ep, mb, moe_layer=False)
+    moe_t = layer_times(m, k, tp, ep, mb, moe_layer=True) if any(moe for _, moe, _, _ in kinds) else None
+    for key in kinds:
+        t = _stage_of(m, k, tp, mb, (dense_t, moe_t), *key)
         if slowest is None:
             slowest = t
         else:

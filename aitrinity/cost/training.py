@@ -129,14 +129,40 @@ def stage_layers(m: ModelSpec, pp: int, stage: int) -> tuple[int, int]:
     own layers (Megatron-Core counts them in the last stage's layers the same way); the rest of each module, its
     projection and its pass through the output head, is on the last stage (:func:`mtp_extra_params`,
     :func:`mtp_extra_flops`)."""
-    n = m.num_layers
-    lo, hi = stage_bounds(n + m.mtp_layers, pp, stage)  # the modules' blocks follow the deepest layer
-    moe = m.moe_layers_below(min(hi, n)) - m.moe_layers_below(min(lo, n))
-    dense = min(hi, n) - min(lo, n) - moe
-    mtp = hi - max(lo, n)
-    if mtp > 0:
-        moe, dense = (moe + mtp, dense) if _deepest_is_moe(m) else (moe, dense + mtp)
-    return dense, moe
+    return stage_layer_table(m, pp)[stage]
+
+
+def stage_layer_table(m: ModelSpec, pp: int) -> tuple[tuple[int, int], ...]:
+    """:func:`stage_layers` of every stage at once (cached by the layer arrangement and ``pp``: a pp-80 layout is
+    priced without 80 Python calls per use)."""
+    moe = (m.moe.first_dense_layers, m.moe.layer_step) if m.moe else None
+    return _stage_layer_table(m.num_layers, m.mtp_layers, moe, pp)
+
+
+@functools.cache
+def _stage_layer_table(n: int, mtp: int, moe: tuple[int, int] | None, pp: int) -> tuple[tuple[int, int], ...]:
+    def moe_below(layer: int) -> int:  # ModelSpec.moe_layers_below
+        return 0 if moe is None else max(layer - moe[0], 0) // moe[1]
+
+    deepest_is_moe = moe_below(n) > moe_below(n - 1)  # _deepest_is_moe
+    out = []
+    for lo, hi in _stage_bounds(n + mtp, pp):  # the modules' blocks follow the deepest layer
+        moe_l = moe_below(min(hi, n)) - moe_below(min(lo, n))
+        dense = min(hi, n) - min(lo, n) - moe_l
+        extra = hi - max(lo, n)
+        if extra > 0:
+            moe_l, dense = (moe_l + extra, dense) if deepest_is_moe else (moe_l, dense + extra)
+        out.append((dense, moe_l))
+    return tuple(out)
+
+
+StageKind = tuple[int, int, bool, bool]
+"""(dense layers, MoE layers, first stage, last stage): what a stage's parameters, FLOPs and times depend on."""
+
+
+def stage_kinds(m: ModelSpec, pp: int) -> list[StageKind]:
+    """Every stage's :data:`StageKind`, in stage order (the middle stages of a deep pipeline share a few)."""
+    return [(d, e, st == 0, st == pp - 1) for st, (d, e) in enumerate(stage_layer_table(m, pp))]
 
 
 def _deepest_is_moe(m: ModelSpec) -> bool:
@@ -174,8 +200,13 @@ def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:
     Megatron keeps word embeddings on the first stage and the LM head on the
     last; tied embeddings keep a copy on both (Narayanan et al. 2021, §2.2).
     """
+    return _kind_params(m, lay, stage_kinds(m, lay.pp)[stage])
+
+
+def _kind_params(m: ModelSpec, lay: Layout, kind: StageKind) -> tuple[float, float]:
+    """:func:`stage_params` of a stage of this kind."""
     h = m.hidden_size
-    dense, moe = stage_layers(m, lay.pp, stage)
+    dense, moe, first, last = kind
     norms = 2 * norm_params(m, h)
     rep = (dense + moe) * (attention_params(m) + norms) + dense * mlp_params(m, m.intermediate_size)
     expert = 0.0
@@ -184,9 +215,9 @@ def stage_params(m: ModelSpec, lay: Layout, stage: int) -> tuple[float, float]:
         per_expert = mlp_params(m, e.expert_intermediate_size)
         rep += moe * (e.num_shared_experts * per_expert + h * e.num_experts + e.num_experts * e.router_bias)
         expert = moe * e.num_experts * per_expert / lay.ep
-    if stage == 0:
+    if first:
         rep += m.vocab_size * h + m.learned_positions * h
-    if stage == lay.pp - 1:
+    if last:
         rep += norm_params(m, h) + (m.vocab_size * h if (not m.tie_embeddings or lay.pp > 1) else 0)
         rep += mtp_extra_params(m)
     return rep / lay.tp, expert / lay.tp
@@ -254,7 +285,9 @@ class LayoutConstants:
 
 def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: int, dp: int) -> LayoutConstants:
     lay = Layout(tp, pp, dp, base.ep, 1, 1)
-    rep, expert = zip(*(stage_params(m, lay, st) for st in range(pp)), strict=True)
+    kinds = stage_kinds(m, pp)
+    params = {k: _kind_params(m, lay, k) for k in dict.fromkeys(kinds)}  # each distinct stage once
+    rep, expert = zip(*(params[k] for k in kinds), strict=True)
     act = BYTES_PER_DTYPE[base.compute_dtype]
     la_dense = layer_activations(m, job.seq_len, 1, False, act)
     la_moe = layer_activations(m, job.seq_len, 1, True, act)
@@ -264,17 +297,19 @@ def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: in
             p = base.model_copy(update={"tp": tp, "recompute": rec, "sequence_parallel": sp})
             act_dense[(ri, sp)] = layer_activation_bytes(la_dense, p)
             act_moe[(ri, sp)] = layer_activation_bytes(la_moe, p)
-    # forward FLOPs per token through one pipeline, per stage; the busiest stage sets the pace
+    # forward FLOPs per token through one pipeline, per stage; the busiest stage (the first of the most) sets the pace
     best = (-1.0, 0.0, 0.0)
-    for st in range(pp):
-        dl, ml = stage_layers(m, pp, st)
-        per_tok = dl * layer_dense_flops(m, False).dense + (ml * layer_dense_flops(m, True).dense if ml else 0.0)
-        if st == pp - 1:
+    dense_f = layer_dense_flops(m, False).dense
+    moe_f = layer_dense_flops(m, True).dense if any(ml for _, ml, _, _ in kinds) else 0.0
+    score_q = score_flops_per_query(m, job.seq_len)
+    for dl, ml, _, last in dict.fromkeys(kinds):
+        per_tok = dl * dense_f + (ml * moe_f if ml else 0.0)
+        if last:
             per_tok += 2.0 * m.vocab_size * m.hidden_size + mtp_extra_flops(m)
-        score = (dl + ml) / m.num_layers * score_flops_per_query(m, job.seq_len)
+        score = (dl + ml) / m.num_layers * score_q
         if per_tok + score > best[0]:
             best = (per_tok + score, per_tok, score)
-    layers = [stage_layers(m, pp, st) for st in range(pp)]
+    layers = list(stage_layer_table(m, pp))
     return LayoutConstants(tp, pp, dp, list(rep), list(expert), layers, act_dense, act_moe, best[1] / tp, best[2] / tp)
 
 
