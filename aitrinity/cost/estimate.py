@@ -19,6 +19,7 @@ devices x time (TDP unless the scenario gives a power: an upper bound); None wit
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -197,11 +198,11 @@ def combine(times: list[float], overlap: str, fraction: float) -> float:
 
 def combine_rows(times: Sequence[ArrayLike], overlap: str, fraction: float) -> NDArray[np.float64]:
     """:func:`combine` for arrays of rows (the planner's candidates): max, sum or partial overlap."""
-    stacked = np.stack([np.asarray(t, dtype=np.float64) for t in times])
-    hi: NDArray[np.float64] = stacked.max(axis=0)
-    total: NDArray[np.float64] = stacked.sum(axis=0)
+    arrays = [np.asarray(t, dtype=np.float64) for t in times]  # reduced pairwise in order: no (k, n) stack
+    hi: NDArray[np.float64] = functools.reduce(np.maximum, arrays)
     if overlap == "max":
         return hi
+    total: NDArray[np.float64] = functools.reduce(np.add, arrays)
     if overlap == "sum":
         return total
     return hi + (1.0 - fraction) * (total - hi)

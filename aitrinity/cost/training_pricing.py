@@ -18,6 +18,7 @@ efficiency of the micro-batch's GEMM rows, device memory, each link by the α-β
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,12 +82,12 @@ def gpu_training_step(
     compute = np.asarray(st.microbatches * (st.per_microbatch.gemm + st.per_microbatch.attention), dtype=np.float64)
     compute = compute + ex
     busy = np.asarray(st.busy + st.optimizer_s, dtype=np.float64) + ex
-    floor = np.max(np.stack(np.broadcast_arrays(compute, *(np.asarray(r, dtype=np.float64) for r in resources))), 0)
+    floor = functools.reduce(np.maximum, (np.asarray(r, dtype=np.float64) for r in resources), compute)
     bubble = np.asarray(st.bubble_s, dtype=np.float64)
     lent = np.zeros(np.shape(busy))
     sm = [np.asarray(t, dtype=np.float64) for t, on in zip(streams, on_sms, strict=False) if on]
     if system.comm_sm_share > 0 and system.overlap != "sum" and sm:
-        overlapped = np.max(np.stack(np.broadcast_arrays(*sm)), 0)
+        overlapped = functools.reduce(np.maximum, sm)
         if system.overlap == "partial":
             overlapped = system.overlap_fraction * overlapped
         lent = system.comm_sm_share * overlapped
@@ -214,12 +215,12 @@ def _schedule(t: TrainingRows, kernels: Kernels) -> StepTimes:
     m, base, system, rows, c = t.m, t.base, t.system, t.rows, t.columns
     tp, pp = t.layout
     # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
-    combos, inv = np.unique(rows.micro_batch * 6 + rows.recompute * 2 + rows.sequence_parallel, return_inverse=True)
+    first, inv = rows.distinct(("micro_batch", "recompute", "sequence_parallel"))
     micro = MicroBatch(
-        (combos // 6).astype(np.float64),
+        rows.micro_batch[first].astype(np.float64),
         t.seq_len,
-        (combos % 6) // 2,
-        combos % 2 > 0,
+        rows.recompute[first],
+        rows.sequence_parallel[first],
         base.flash_attention,
         base.compute_dtype,
         base.cp,

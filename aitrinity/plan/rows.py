@@ -19,6 +19,18 @@ def first_failed(checks: Sequence[NDArray[np.bool_]], n: int) -> Ints:
     return reason
 
 
+def first_largest(columns: Sequence[np.ndarray]) -> Ints:
+    """Per row, the index of the column holding the largest value, the first of equals: ``np.argmax`` over the
+    stacked columns (NaN-free) without the stack, whose reduction across rows runs strided (2x slower)."""
+    best = columns[0]
+    out = np.zeros(np.shape(best), dtype=np.int64)
+    for i in range(1, len(columns)):
+        larger = columns[i] > best
+        out[larger] = i
+        best = np.maximum(best, columns[i])
+    return out
+
+
 def quantize(x: np.ndarray) -> np.ndarray:
     """Values rounded to 30 significant bits (about 9 decimal digits), so that ties are ties whatever the summation
     order. (Binary: the mantissa rounded in place, three times faster than rounding to 9 decimal digits.)"""

@@ -46,7 +46,7 @@ from aitrinity.cost.serving_pricing import (
 )
 from aitrinity.cost.speculation import Speculation
 from aitrinity.plan import registry
-from aitrinity.plan.rows import first_failed
+from aitrinity.plan.rows import first_failed, first_largest
 from aitrinity.spec.hardware import BYTES_PER_DTYPE
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, ServingJob, System, moves_kv
@@ -341,7 +341,7 @@ def _static_metrics(
     overhead; every pipeline stage holds a batch."""
     pre, dec = phases
     ttft, tpot = static_times(system, pre, dec)
-    binding: Ints = np.argmax(np.stack([dec.compute, dec.hbm, dec.link_max()]), axis=0)
+    binding = first_largest([dec.compute, dec.hbm, dec.link_max()])
     r = static_rates(system, rows.batch, rows.pp, _replicas(system, rows), job.output_tokens, ttft, tpot)
     return _Metrics(ttft, tpot, *_rates(r), binding)
 

@@ -26,7 +26,7 @@ from aitrinity.cost.training import Columns, columns, layout_constants
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.cost.training_pricing import TrainingRows, price_columns
 from aitrinity.plan import registry
-from aitrinity.plan.rows import first_failed
+from aitrinity.plan.rows import first_failed, first_largest
 from aitrinity.spec.exchanges import GradientCompression
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob, chunks_fit
@@ -177,7 +177,7 @@ def price_rows(
         host_bytes=c.host_resident,
         link_bytes=sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros),
         compute_s=sp.compute_s,
-        binding=np.argmax(np.stack(times), axis=0),
+        binding=first_largest(times),
         usd_per_step=sp.step_s * usd_per_s(system),
         joules_per_step=sp.step_s * watts(system),
     )

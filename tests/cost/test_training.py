@@ -212,3 +212,44 @@ def test_the_peak_stage_is_found_among_the_candidates(monkeypatch, model, pp, n,
     for f in ("weights", "gradients", "optimizer", "activations", "hbm_resident", "host_resident", "layers_peak"):
         assert np.array_equal(getattr(fast, f), getattr(every, f)), f
     assert np.array_equal(fast.hbm_bytes, every.hbm_bytes)
+
+
+def test_distinct_rows_spread_back_to_every_row():
+    """``Rows.distinct``: each row's combination is one of the distinct rows with the same values in the fields
+    asked for, and the distinct rows differ in them; the answer is cached on the rows."""
+    import numpy as np
+
+    from aitrinity.cost.training import PEAK_FIELDS
+    from aitrinity.plan.search import DEFAULT_SPACE, _rows
+
+    rows = _rows(True, DEFAULT_SPACE)
+    first, each = rows.distinct(PEAK_FIELDS)
+    assert len(first) < len(rows) and each.shape == (len(rows),)
+    for f in PEAK_FIELDS:
+        assert np.array_equal(getattr(rows.take(first), f)[each], getattr(rows, f)), f
+    keys = {tuple(getattr(rows, f)[i] for f in PEAK_FIELDS) for i in first}
+    assert len(keys) == len(first)
+    assert rows.distinct(PEAK_FIELDS)[0] is first
+
+
+@pytest.mark.parametrize(("model", "pp", "n"), [(L8B, 4, 64), ("deepseek-v3", 16, 256)])
+def test_the_peak_memory_of_distinct_rows_is_every_rows(monkeypatch, model, pp, n):
+    """The peak memory priced once per distinct (micro-batch, ZeRO, recomputation, SP, virtual stages) and spread
+    back is, element for element, the peak memory priced row by row."""
+    import numpy as np
+
+    from aitrinity.cost import training
+    from aitrinity.cost.effects import grad_sync
+    from aitrinity.plan.search import DEFAULT_SPACE, _rows
+
+    m, job = catalog.model(model), TrainingJob(seq_len=4096, global_batch=512)
+    base = Plan(tp=8, pp=pp)
+    rows = _rows(True, DEFAULT_SPACE)
+    rows = dataclasses.replace(rows, compression=np.zeros(len(rows), dtype=np.int64))
+    L = training.layout_constants(m, job, base, 8, pp, n // (8 * pp))
+    fast = training.columns(m, job, base, L, rows, [grad_sync(m, base)])
+    every_row = np.arange(len(rows))
+    monkeypatch.setattr(training.Rows, "distinct", lambda self, fields: (every_row, every_row))
+    every = training.columns(m, job, base, L, rows, [grad_sync(m, base)])
+    for f in ("weights", "gradients", "optimizer", "activations", "hbm_resident", "host_resident", "hbm_bytes"):
+        assert np.array_equal(getattr(fast, f), getattr(every, f)), f

@@ -9,7 +9,7 @@ from aitrinity import catalog
 from aitrinity.cost.estimate import price_training_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
-from aitrinity.plan.rows import pareto_indices, quantize
+from aitrinity.plan.rows import first_largest, pareto_indices, quantize
 from aitrinity.plan.search import Space, complexity, evaluate, search_training
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
 from aitrinity.spec.scenario import Plan, TrainingJob
@@ -298,3 +298,11 @@ def test_each_technique_module_declares_its_column_of_the_grid():
     assert c.techniques.split() == ["mb2", "ZeRO-1", "rc:full", *(["SP"] if c.sequence_parallel else []), "int8"] + (
         ["opt-offload"] if c.optimizer_offload else []
     ) + ([f"act-offload {c.activation_offload:g}"] if c.activation_offload else [])
+
+
+def test_first_largest_is_argmax_over_the_stacked_columns():
+    """Ties (small integers) go to the first column, as ``np.argmax`` gives them."""
+    rng = np.random.default_rng(7)
+    cols = [rng.integers(0, 4, 500).astype(np.float64) for _ in range(6)]
+    assert np.array_equal(first_largest(cols), np.argmax(np.stack(cols), axis=0))
+    assert np.array_equal(first_largest(cols[:1]), np.zeros(500))
