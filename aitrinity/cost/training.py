@@ -263,14 +263,21 @@ class Rows:
         element for element. Cached on the rows: the planner prices one grid (never mutated) for every layout."""
         cache: dict[tuple[str, ...], tuple[Ints, Ints]] = self.__dict__.setdefault("_distinct", {})
         if fields not in cache:
-            keys = np.stack([getattr(self, f).astype(np.float64) for f in fields])
-            _, first, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+            parent = self.__dict__.get("_taken_from")
+            if parent is not None:  # rows taken from others: their combinations, renumbered (1-D, cheap)
+                rows, idx = parent
+                _, first, inverse = np.unique(rows.distinct(fields)[1][idx], return_index=True, return_inverse=True)
+            else:
+                keys = np.stack([getattr(self, f).astype(np.float64) for f in fields])
+                _, first, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
             cache[fields] = (first, inverse.reshape(-1))
         return cache[fields]
 
     def take(self, idx: Ints) -> Rows:
         """The rows ``idx``, in that order."""
-        return Rows(*(getattr(self, f)[idx] for f in Rows.__dataclass_fields__))
+        out = Rows(*(getattr(self, f)[idx] for f in Rows.__dataclass_fields__))
+        out.__dict__["_taken_from"] = (self, idx)
+        return out
 
     @classmethod
     def of(cls, plan: Plan) -> Rows:
@@ -357,6 +364,12 @@ class Columns:
     """Synchronise every ``period`` steps (local SGD)."""
     heavy: B
     """A compressor with error feedback (needs ZeRO <= 1)."""
+
+    def take(self, idx: Ints) -> Columns:
+        """The columns of rows ``idx`` only."""
+        fields = {f: getattr(self, f) for f in Columns.__dataclass_fields__}
+        rows = {f: v[idx] for f, v in fields.items() if isinstance(v, np.ndarray)}
+        return Columns(**{**fields, **rows, "streams": [x.take(idx) for x in self.streams]})
 
 
 def _peak_candidates(L: LayoutConstants) -> NDArray[np.int64]:

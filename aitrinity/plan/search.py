@@ -236,17 +236,45 @@ def _rows(host: bool, space: Space) -> Rows:
 
 @dataclass(frozen=True)
 class _Table:
-    """All candidates, concatenated over layouts."""
+    """All candidates: the grid's rows for each part (a layout, its context- and expert-parallel degrees and one
+    combination of the registered techniques' options) in turn; candidate ``i`` is row ``i % len(grid)`` of part
+    ``i // len(grid)``. The per-candidate columns below are spread out only when asked for (tests, the brute force):
+    the search reads the parts."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    ep: np.ndarray
-    cp: np.ndarray
-    rows: Rows
+    grid: Rows
+    parts: np.ndarray
+    """One row per part: tp, pp, ep, cp and ``added``, the index into ``combos`` of the options the part adds."""
     priced: Priced
-    added: np.ndarray
-    """Index into ``combos``: the registered techniques' options the row adds."""
     combos: list[list[Any]]
+
+    def _spread(self, column: int) -> np.ndarray:
+        out: np.ndarray = np.repeat(self.parts[:, column], len(self.grid))
+        return out
+
+    @property
+    def tp(self) -> np.ndarray:
+        return self._spread(0)
+
+    @property
+    def pp(self) -> np.ndarray:
+        return self._spread(1)
+
+    @property
+    def ep(self) -> np.ndarray:
+        return self._spread(2)
+
+    @property
+    def cp(self) -> np.ndarray:
+        return self._spread(3)
+
+    @property
+    def added(self) -> np.ndarray:
+        return self._spread(4)
+
+    @property
+    def rows(self) -> Rows:
+        reps = len(self.parts)
+        return Rows(*(np.tile(getattr(self.grid, f), reps) for f in Rows.__dataclass_fields__))
 
 
 def evaluate(
@@ -262,12 +290,8 @@ def evaluate(
 
         raise SpecError("workload.training.seq_len", job.seq_len, f"at most {m.name}'s max_seq_len ({m.max_seq_len})")
     rows = _rows(system.host_memory is not None, space)
-    parts: list[Priced] = []
-    tps: list[np.ndarray] = []
-    pps: list[np.ndarray] = []
-    eps: list[np.ndarray] = []
-    cps: list[np.ndarray] = []
-    added: list[np.ndarray] = []
+    priced: list[Priced] = []
+    parts: list[tuple[int, int, int, int, int]] = []
     combos = registry.option_combinations("training")
     for tp, pp in layouts(m, system, 1 if m.moe else base.ep):
         ranks = system.num_devices // (tp * pp)
@@ -278,35 +302,24 @@ def evaluate(
                 with_ep = base.model_copy(update={"ep": ep, "cp": cp}) if (ep, cp) != (base.ep, base.cp) else base
                 for c, entries in enumerate(combos):
                     plan = registry.with_added(with_ep, entries)
-                    parts.append(price_rows(m, job, plan, system, tp, pp, rows, kernels))
-                    for col, value in ((tps, tp), (pps, pp), (eps, ep), (cps, cp), (added, c)):
-                        col.append(np.full(len(rows), value))
+                    priced.append(price_rows(m, job, plan, system, tp, pp, rows, kernels, every_row=False))
+                    parts.append((tp, pp, ep, cp, c))
     if not parts:
         from aitrinity.errors import SpecError
 
         raise SpecError(
             "system.num_devices", system.num_devices, f"a device count some tp x pp layout of {m.name} divides"
         )
-    reps = len(parts)
-    tiled = Rows(*(np.tile(getattr(rows, f), reps) for f in Rows.__dataclass_fields__))
-    priced = Priced(*(np.concatenate([getattr(p, f) for p in parts]) for f in Priced.__dataclass_fields__))
-    return _Table(
-        np.concatenate(tps),
-        np.concatenate(pps),
-        np.concatenate(eps),
-        np.concatenate(cps),
-        tiled,
-        priced,
-        np.concatenate(added),
-        combos,
-    )
+    columns = (np.concatenate([getattr(p, f) for p in priced]) for f in Priced.__dataclass_fields__)
+    return _Table(rows, np.array(parts, dtype=np.int64), Priced(*columns), combos)
 
 
 def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
     """Per unit of useful work: a registered technique's statistical cost (more steps for the same loss)
     multiplies it, as the break-even rule counts it."""
     tokens = job.global_batch * job.seq_len
-    steps = np.array([registry.quality_of(entries).steps_factor for entries in t.combos])[t.added]
+    factor = np.array([registry.quality_of(entries).steps_factor for entries in t.combos])
+    steps = np.repeat(factor[t.parts[:, 4]], len(t.grid))
     if objective == "time":
         out: np.ndarray = t.priced.step_time_s * steps
     elif objective == "cost":
@@ -317,22 +330,24 @@ def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
 
 
 def _choice(t: _Table, i: int, system: System, job: TrainingJob) -> PlanChoice:
-    r, p = t.rows, t.priced
+    p = t.priced
+    part, row = divmod(i, len(t.grid))
+    tp, pp, ep, cp, added = (int(x) for x in t.parts[part])
     tokens = job.global_batch * job.seq_len
     step = float(p.step_time_s[i])
     usd, joules = float(p.usd_per_step[i]), float(p.joules_per_step[i])
     return PlanChoice(
-        tp=int(t.tp[i]),
-        pp=int(t.pp[i]),
-        ep=int(t.ep[i]),
-        cp=int(t.cp[i]),
-        dp=system.num_devices // int(t.tp[i] * t.pp[i] * t.cp[i]),
-        **{d.column: d.decode(getattr(r, d.column)[i]) for _, d in dimensions()},
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        cp=cp,
+        dp=system.num_devices // (tp * pp * cp),
+        **{d.column: d.decode(getattr(t.grid, d.column)[row]) for _, d in dimensions()},
         step_time_s=step,
         tokens_per_s=tokens / step,
         hbm_bytes=float(p.hbm_bytes[i]),
         link_bytes=float(p.link_bytes[i]),
-        added=[e.model_dump(mode="json") for e in t.combos[int(t.added[i])]],
+        added=[e.model_dump(mode="json") for e in t.combos[added]],
         usd_per_million_tokens=None if np.isnan(usd) else usd / tokens * 1e6,
         joules_per_token=None if np.isnan(joules) else joules / tokens,
         binding=RESOURCES[int(p.binding[i])],
@@ -373,7 +388,8 @@ def search_training(
     score = _score(t, job, objective)
     feasible = t.priced.feasible & np.isfinite(score)
     idx = np.flatnonzero(feasible)
-    simple = complexity(t.rows) + (t.cp > 1) + np.array([len(entries) for entries in t.combos])[t.added]
+    extra = (t.parts[:, 3] > 1) + np.array([len(entries) for entries in t.combos])[t.parts[:, 4]]  # cp, options
+    simple = np.tile(complexity(t.grid), len(t.parts)) + np.repeat(extra, len(t.grid))
     order = rank(score, t.priced.hbm_bytes, simple, idx)
     # (no $ or J column: for one system both are a constant times the step time)
     front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes]) if pareto else []

@@ -153,31 +153,43 @@ def price_rows(
     pp: int,
     rows: Rows,
     kernels: Kernels | None = None,
+    every_row: bool = True,
 ) -> Priced:
     """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, cp, flash attention, optimizer.
 
     The rows' ledger columns (:func:`aitrinity.cost.training.columns`) priced by
     :func:`aitrinity.cost.training_pricing.price_columns`, as ``trinity diagnose`` prices one plan: the operator model
-    on a GPU (``kernels``, default the catalog roofline of the device), the phase roofline on other devices."""
+    on a GPU (``kernels``, default the catalog roofline of the device), the phase roofline on other devices.
+    ``every_row=False`` times the feasible rows only (the search's case: most rows fail a check, and the checks
+    need the memory columns only); the others' step time, compute, link bytes, $ and J are NaN, their binding 0."""
     dp = system.num_devices // (tp * pp * base.cp)
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
     c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
-    sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), rows, c), kernels)
-    times = sp.resources if kernels is not None else sp.resources[:-1]
     reason = first_failed(_checks(m, system, tp, pp, rows, c), len(rows))  # the first failed constraint wins
-    zeros = np.zeros(len(rows))
+    feasible = reason == 0
+    n = len(rows)
+    step, compute, link = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    binding = np.zeros(n, dtype=np.int64)
+    timed = np.arange(n) if every_row else np.flatnonzero(feasible)
+    if len(timed):
+        some = (rows, c) if len(timed) == n else (rows.take(timed), c.take(timed))
+        sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), *some), kernels)
+        zeros = np.zeros(len(timed))
+        step[timed], compute[timed] = sp.step_s, sp.compute_s
+        link[timed] = sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros)
+        binding[timed] = first_largest(sp.resources if kernels is not None else sp.resources[:-1])
     return Priced(
-        feasible=reason == 0,
+        feasible=feasible,
         reason=reason,
-        step_time_s=sp.step_s,
+        step_time_s=step,
         hbm_bytes=c.hbm_resident,
         host_bytes=c.host_resident,
-        link_bytes=sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros),
-        compute_s=sp.compute_s,
-        binding=first_largest(times),
-        usd_per_step=sp.step_s * usd_per_s(system),
-        joules_per_step=sp.step_s * watts(system),
+        link_bytes=link,
+        compute_s=compute,
+        binding=binding,
+        usd_per_step=step * usd_per_s(system),
+        joules_per_step=step * watts(system),
     )

@@ -124,3 +124,36 @@ def test_every_row_is_the_one_plan_estimate(case, gpu):
         assert bool(got.feasible[i]) == fits, (grid[i], got.reason[i])
         checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["operator-model", "roofline"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[3]}-pp{c[4]}")
+def test_the_search_times_the_feasible_rows_only_and_the_same(case, gpu):
+    """``every_row=False`` (the search's pricing): the feasible rows' numbers, bit for bit, the others' NaN; memory and
+    reasons for every row."""
+    import numpy as np
+
+    name, n, per_node, tp, pp, job, base, sys_kw = case
+    m = catalog.model(name)
+    system = make_system(n=n, per_node=per_node, **sys_kw)
+    if not gpu:
+        system = system.model_copy(update={"device": system.device.model_copy(update={"kind": "accelerator"})})
+    rows, _ = _rows()
+    every = price_rows(m, job, base, system, tp, pp, rows)
+    some = price_rows(m, job, base, system, tp, pp, rows, every_row=False)
+    ok = every.feasible
+    assert not ok.all()  # (the deepseek-v3 cases fit in none)
+    for f in ("feasible", "reason", "hbm_bytes", "host_bytes"):
+        assert np.array_equal(getattr(some, f), getattr(every, f)), f
+    for f in ("step_time_s", "compute_s", "link_bytes", "usd_per_step", "joules_per_step", "binding"):
+        assert np.array_equal(getattr(some, f)[ok], getattr(every, f)[ok]), f
+    assert np.isnan(some.step_time_s[~ok]).all()
+
+
+def test_no_feasible_row_prices_nothing():
+    import numpy as np
+
+    m = catalog.model("llama-3.1-70b")
+    rows, _ = _rows()
+    got = price_rows(m, TrainingJob(seq_len=8192, global_batch=8), Plan(), make_system(n=1), 1, 1, rows, every_row=False)
+    assert not got.feasible.any() and np.isnan(got.step_time_s).all() and (got.reason == 2).any()
