@@ -120,23 +120,6 @@ class Stream:
     method: bool = False
     """Its purpose names the row's gradient compressor."""
 
-    def take(self, idx: NDArray[np.int64]) -> Stream:
-        """The stream of rows ``idx`` only."""
-        group = self.group[idx] if isinstance(self.group, np.ndarray) else self.group
-        stride = self.stride[idx] if isinstance(self.stride, np.ndarray) else self.stride
-        return Stream(
-            self.purpose,
-            self.kind,
-            self.payload[idx],
-            self.times[idx],
-            self.present[idx],
-            group,
-            stride,
-            self.tier,
-            self.timed,
-            self.method,
-        )
-
     def channel(self, system: System) -> Channel | None:
         """The channel it moves on (None: a single rank, nothing moves); a stream of one group for all rows."""
         if self.tier is not None:

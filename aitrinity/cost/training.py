@@ -365,12 +365,6 @@ class Columns:
     heavy: B
     """A compressor with error feedback (needs ZeRO <= 1)."""
 
-    def take(self, idx: Ints) -> Columns:
-        """The columns of rows ``idx`` only."""
-        fields = {f: getattr(self, f) for f in Columns.__dataclass_fields__}
-        rows = {f: v[idx] for f, v in fields.items() if isinstance(v, np.ndarray)}
-        return Columns(**{**fields, **rows, "streams": [x.take(idx) for x in self.streams]})
-
 
 def _peak_candidates(L: LayoutConstants) -> NDArray[np.int64]:
     """The pipeline stages that can hold the peak footprint, in order: the first, the last, and among the others
@@ -581,11 +575,67 @@ def _offload_streams(rows: Rows, pk: _Peak, w_dev: F, g_dev: F, per_mb_acts: F, 
     ]
 
 
-def columns(
+@dataclass(frozen=True)
+class Memory:
+    """Every row's micro-batching and the busiest device's memory: what the planner's feasibility checks read
+    (:func:`memory_columns`), the first section of :func:`columns`."""
+
+    mb: F
+    """Micro-batches per step."""
+    divisible: B
+    peak: _Peak
+    buffers: F
+    """Error-feedback residuals of a gradient compressor."""
+    hbm_resident: F
+    host_resident: F
+    period: F
+    """Synchronise every ``period`` steps (local SGD)."""
+    heavy: B
+    """A compressor with error feedback (needs ZeRO <= 1)."""
+
+    def take(self, idx: Ints) -> Memory:
+        """The rows ``idx`` only."""
+        rest = (getattr(self, f)[idx] for f in ("buffers", "hbm_resident", "host_resident", "period", "heavy"))
+        return Memory(self.mb[idx], self.divisible[idx], self.peak.take(idx), *rest)
+
+
+def memory_columns(
     m: ModelSpec, job: TrainingJob, base: Plan, L: LayoutConstants, rows: Rows, syncs: list[GradSync]
+) -> Memory:
+    """:func:`columns`' memory section: the rows of layout ``L``, ``syncs[rows.compression]`` each row's gradient
+    synchronisation."""
+    per_step = L.dp * rows.micro_batch
+    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
+    comp, off = rows.compression, rows.optimizer_offload
+    b = rows.micro_batch.astype(np.float64)
+    first, each = rows.distinct(PEAK_FIELDS)  # 6,480 rows of the planner's grid hold 360 distinct peaks
+    pk = _peak_memory(m, job, base, L, rows.take(first), b[first], mb[first]).take(each)
+    buffers = pk.params * _per_row(syncs, comp, "error_feedback_bytes_per_param")
+    offloaded = np.where(off, pk.optimizer, 0.0) + rows.activation_offload * pk.activations
+    return Memory(
+        mb=mb,
+        divisible=(job.global_batch % per_step) == 0,
+        peak=pk,
+        buffers=buffers,
+        hbm_resident=pk.total + buffers - offloaded,
+        host_resident=offloaded,
+        period=_per_row(syncs, comp, "period"),
+        heavy=np.array([x.method in ("topk", "sign", "powersgd") for x in syncs])[comp],
+    )
+
+
+def columns(
+    m: ModelSpec,
+    job: TrainingJob,
+    base: Plan,
+    L: LayoutConstants,
+    rows: Rows,
+    syncs: list[GradSync],
+    memory: Memory | None = None,
 ) -> Columns:
     """The ledger of every row of layout ``L``; ``base`` supplies dtypes, ep, flash attention and the optimizer,
-    ``syncs[rows.compression]`` each row's gradient synchronisation.
+    ``syncs[rows.compression]`` each row's gradient synchronisation; ``memory`` the rows' :func:`memory_columns`
+    where they are at hand (the planner checks them first, then prices the rows that pass).
 
     Longer than most: four short sections in the ledger's order (memory, FLOPs, HBM traffic, communication) over
     the helpers above, which share the row's micro-batching, and the result's constructor."""
@@ -593,21 +643,15 @@ def columns(
     s, h = job.seq_len, m.hidden_size
     s_rank = s / cp  # the tokens of a sequence one CP rank holds
     b = rows.micro_batch.astype(np.float64)
-    per_step = d * rows.micro_batch
-    divisible = (job.global_batch % per_step) == 0
-    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
     rec, comp, off = rows.recompute, rows.compression, rows.optimizer_offload
-    v, a_off = rows.virtual_stages.astype(np.float64), rows.activation_offload
+    v = rows.virtual_stages.astype(np.float64)
     act = BYTES_PER_DTYPE[base.compute_dtype]
     wb, gb = BYTES_PER_DTYPE[base.weights_dtype], BYTES_PER_DTYPE[base.grads_dtype]
 
     # --- memory of the busiest device
-    first, each = rows.distinct(PEAK_FIELDS)  # 6,480 rows of the planner's grid hold 360 distinct peaks
-    pk = _peak_memory(m, job, base, L, rows.take(first), b[first], mb[first]).take(each)
+    mem = memory if memory is not None else memory_columns(m, job, base, L, rows, syncs)
+    pk, mb, period = mem.peak, mem.mb, mem.period
     params_peak = pk.params
-    buffers = params_peak * _per_row(syncs, comp, "error_feedback_bytes_per_param")
-    offloaded = np.where(off, pk.optimizer, 0.0) + a_off * pk.activations
-    hbm_resident = pk.total + buffers - offloaded
 
     # --- FLOPs of the busiest stage by FLOPs (the same for every row)
     tokens_per_pipe = job.global_batch * s / (d * cp)  # through one pipeline, on one CP rank
@@ -616,7 +660,6 @@ def columns(
     recomp = np.select([rec == 0, rec == 1, rec == 2], [0.0, score_f, fwd])
     if base.flash_attention:  # FA backward recomputes QK^T: 2.5x forward instead of 2x (Dao 2023, §3.1)
         recomp = recomp + np.where(rec != 2, 0.5 * score_f, 0.0)
-    period = _per_row(syncs, comp, "period")
     exchange = params_peak * _per_row(syncs, comp, "flops_per_param") / period
     model_total = 3.0 * float(job.global_batch * s) * training_token_flops(m, s)
 
@@ -649,17 +692,16 @@ def columns(
     if cp > 1:
         streams += _cp_streams(m, base, t, b, s, act, layers_peak * mb, extra)
     streams += _offload_streams(rows, pk, w_dev, g_dev, per_mb_acts, mb, layers_peak)
-    heavy = np.array([x.method in ("topk", "sign", "powersgd") for x in syncs])[comp]
     return Columns(
         mb=mb,
-        divisible=divisible,
+        divisible=mem.divisible,
         weights=pk.weights,
         gradients=pk.gradients,
         optimizer=pk.optimizer,
         activations=pk.activations,
-        buffers=buffers,
-        hbm_resident=hbm_resident,
-        host_resident=offloaded,
+        buffers=mem.buffers,
+        hbm_resident=mem.hbm_resident,
+        host_resident=mem.host_resident,
         layers_peak=layers_peak,
         forward=fwd,
         recompute=recomp,
@@ -668,7 +710,7 @@ def columns(
         hbm_bytes=hbm,
         streams=streams,
         period=period * np.ones(n),
-        heavy=heavy,
+        heavy=mem.heavy,
     )
 
 

@@ -53,7 +53,7 @@ BLOCK = 128
 block costs its square (128 measured ~15% faster than 256 on the serving and training searches' points)."""
 
 
-def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
+def pareto_indices(points: np.ndarray, work: int = 500_000) -> list[int]:
     """Indices of the non-dominated rows of ``points`` (minimise every column), in row order; of equal rows
     only the first counts.
 
@@ -63,7 +63,9 @@ def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
     pass strikes out every later row the kept ones dominate or equal: a struck row is always dominated by
     a kept one, a non-dominated row is never struck. Rounding can put a dominated row in a tie before its
     dominator, so the kept rows are finally checked against each other. The blocks grow as rows are struck
-    out (about ``work`` comparisons a pass, at most :data:`BLOCK` rows). A column equal in every row is left out.
+    out (about ``work`` comparisons a pass, at most :data:`BLOCK` rows: 500,000 measured 25% faster than 50,000 on
+    the training search's 41-56 thousand feasible points, whose first passes then keep 9-12 rows, not one). A column
+    equal in every row is left out.
     """
     if not len(points):
         return []

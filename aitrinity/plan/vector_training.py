@@ -22,7 +22,7 @@ from aitrinity.cost.effects import GradSync, grad_sync
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.serving_pricing import usd_per_s, watts
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
-from aitrinity.cost.training import Columns, columns, layout_constants
+from aitrinity.cost.training import Memory, columns, layout_constants, memory_columns
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.cost.training_pricing import TrainingRows, price_columns
 from aitrinity.plan import registry
@@ -128,19 +128,19 @@ _ARCH = {
 }
 
 
-def _checks(m: ModelSpec, system: System, tp: int, pp: int, rows: Rows, c: Columns) -> list[NDArray[np.bool_]]:
+def _checks(m: ModelSpec, system: System, tp: int, pp: int, rows: Rows, mem: Memory) -> list[NDArray[np.bool_]]:
     """The feasibility constraints, in order (the first that fails names the reason)."""
     off, a_off, zero = rows.optimizer_offload, rows.activation_offload, rows.zero
     host_cap = system.tier_capacity_per_device("host") or 0.0
     return [
-        ~c.divisible,
-        c.hbm_resident > system.usable_memory_bytes,
-        c.host_resident > host_cap,
-        c.heavy & (zero >= 2),
+        ~mem.divisible,
+        mem.hbm_resident > system.usable_memory_bytes,
+        mem.host_resident > host_cap,
+        mem.heavy & (zero >= 2),
         (off & (zero >= 3)) | ((off | (a_off > 0)) & (system.host_memory is None)),
         rows.sequence_parallel & (tp == 1),
         ~chunks_fit(m.num_layers, pp, rows.virtual_stages),
-        (zero >= 3) & (c.period > 1),
+        (zero >= 3) & (mem.period > 1),
     ]
 
 
@@ -165,18 +165,20 @@ def price_rows(
     dp = system.num_devices // (tp * pp * base.cp)
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
-    c = columns(m, job, base, L, rows, [sync[x] for x in COMPRESSION])
+    syncs = [sync[x] for x in COMPRESSION]
+    mem = memory_columns(m, job, base, L, rows, syncs)
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
-    reason = first_failed(_checks(m, system, tp, pp, rows, c), len(rows))  # the first failed constraint wins
+    reason = first_failed(_checks(m, system, tp, pp, rows, mem), len(rows))  # the first failed constraint wins
     feasible = reason == 0
     n = len(rows)
     step, compute, link = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     binding = np.zeros(n, dtype=np.int64)
     timed = np.arange(n) if every_row else np.flatnonzero(feasible)
     if len(timed):
-        some = (rows, c) if len(timed) == n else (rows.take(timed), c.take(timed))
-        sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), *some), kernels)
+        some, some_mem = (rows, mem) if len(timed) == n else (rows.take(timed), mem.take(timed))
+        c = columns(m, job, base, L, some, syncs, some_mem)
+        sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), some, c), kernels)
         zeros = np.zeros(len(timed))
         step[timed], compute[timed] = sp.step_s, sp.compute_s
         link[timed] = sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros)
@@ -185,8 +187,8 @@ def price_rows(
         feasible=feasible,
         reason=reason,
         step_time_s=step,
-        hbm_bytes=c.hbm_resident,
-        host_bytes=c.host_resident,
+        hbm_bytes=mem.hbm_resident,
+        host_bytes=mem.host_resident,
         link_bytes=link,
         compute_s=compute,
         binding=binding,
