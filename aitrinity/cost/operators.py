@@ -162,8 +162,13 @@ class Layout:
     KV cache is read into it for attention (:func:`aitrinity.cost.kernels.attention_dtype`)."""
 
     def __post_init__(self) -> None:
-        tp, ep, dp = np.asarray(self.tp), np.asarray(self.ep), np.asarray(self.dp)
-        if np.any(np.minimum(np.minimum(tp, ep), dp) < 1) or np.any((tp * dp) % np.maximum(ep, 1)):
+        tp, ep, dp = self.tp, self.ep, self.dp
+        if isinstance(tp, int) and isinstance(ep, int) and isinstance(dp, int):  # one layout: no arrays to build
+            bad = min(tp, ep, dp) < 1 or (tp * dp) % max(ep, 1) != 0
+        else:
+            a, e, d = np.asarray(tp), np.asarray(ep), np.asarray(dp)
+            bad = bool(np.any(np.minimum(np.minimum(a, e), d) < 1) or np.any((a * d) % np.maximum(e, 1)))
+        if bad:
             raise ValueError(f"a MoE group of tp {self.tp} x dp {self.dp} GPUs cannot hold ep {self.ep}")
         if self.routing not in ROUTING_SKEW:
             raise ValueError(f"routing {self.routing!r}: one of {', '.join(ROUTING_SKEW)}")
