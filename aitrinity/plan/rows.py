@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -100,3 +102,15 @@ def frontier(order: Ints, columns: Sequence[np.ndarray]) -> list[int]:
         return []
     pts = quantize(np.stack([c[order] for c in columns])).T  # (a view: pareto_indices works on the columns)
     return [int(order[k]) for k in pareto_indices(pts)]  # positions in rank order: equal points keep the best
+
+
+def or_none(values: np.ndarray) -> list[float | None]:
+    """The values as floats, NaN as None (a result's "not known", such as $ without a price)."""
+    return [None if math.isnan(x) else x for x in values.tolist()]
+
+
+def records(columns: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Columns of equal length as one dict per row: the searches build their results column-wise and validate the
+    list in one call (faster than one model at a time)."""
+    names = list(columns)
+    return [dict(zip(names, v, strict=True)) for v in zip(*columns.values(), strict=True)]

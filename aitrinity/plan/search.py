@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,7 +27,7 @@ from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
 from aitrinity.plan.objective import require
-from aitrinity.plan.rows import frontier, quantize
+from aitrinity.plan.rows import frontier, or_none, quantize, records
 from aitrinity.plan.vector_training import (
     REASONS,
     RESOURCES,
@@ -351,23 +350,17 @@ def _choices(t: _Table, idx: list[int], system: System, job: TrainingJob) -> lis
         "hbm_bytes": p.hbm_bytes[at].tolist(),
         "link_bytes": p.link_bytes[at].tolist(),
         "added": [[e.model_dump(mode="json") for e in t.combos[j]] for j in added.tolist()],
-        "usd_per_million_tokens": _or_none(usd / tokens * 1e6),
-        "joules_per_token": _or_none(joules / tokens),
+        "usd_per_million_tokens": or_none(usd / tokens * 1e6),
+        "joules_per_token": or_none(joules / tokens),
         "binding": [RESOURCES[j] for j in p.binding[at].tolist()],
     }
-    names = list(cols)
-    return _choice_list().validate_python([dict(zip(names, v, strict=True)) for v in zip(*cols.values(), strict=True)])
+    return _choice_list().validate_python(records(cols))
 
 
 @functools.cache
 def _choice_list() -> TypeAdapter[list[PlanChoice]]:
     """Validates a list of choices in one call (faster than one model at a time)."""
     return TypeAdapter(list[PlanChoice])
-
-
-def _or_none(values: np.ndarray) -> list[float | None]:
-    """The values as floats, NaN as None."""
-    return [None if math.isnan(x) else x for x in values.tolist()]
 
 
 def complexity(rows: Rows) -> np.ndarray:

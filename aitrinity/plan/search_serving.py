@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
 from aitrinity.plan.objective import require
-from aitrinity.plan.rows import Ints, frontier, quantize
+from aitrinity.plan.rows import Ints, frontier, or_none, quantize, records
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
     OVER_BUDGET,
@@ -456,11 +455,6 @@ def _complete(
     return _Table(tiled, table, caps, hits, added, drop, rank)
 
 
-def _or_none(values: np.ndarray) -> list[float | None]:
-    """The values as floats, NaN as None."""
-    return [None if math.isnan(x) else x for x in values.tolist()]
-
-
 def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]]) -> list[ServingChoice]:
     """Rows ``idx`` as results (each column gathered once: a search makes about a hundred for its frontier)."""
     if not idx:
@@ -482,17 +476,16 @@ def _choices(t: _Table, idx: list[int], system: System, combos: list[list[Any]])
         "throughput_tokens_per_s": p.throughput_tokens_per_s[at].tolist(),
         "hbm_bytes": p.hbm_bytes[at].tolist(),
         "link_bytes": p.link_bytes[at].tolist(),
-        "usd_per_million_tokens": _or_none(p.usd_per_million_tokens[at]),
-        "joules_per_token": _or_none(p.joules_per_token[at]),
+        "usd_per_million_tokens": or_none(p.usd_per_million_tokens[at]),
+        "joules_per_token": or_none(p.joules_per_token[at]),
         "accuracy_drop": t.drop[at].tolist(),
         "binding": [RESOURCES[j] for j in p.binding[at].tolist()],
-        "prefix_capacity_bytes": _or_none(t.capacity[at]),
-        "prefix_hit_rate": _or_none(t.hit[at]),
+        "prefix_capacity_bytes": or_none(t.capacity[at]),
+        "prefix_hit_rate": or_none(t.hit[at]),
         "added": [[e.model_dump(mode="json") for e in combos[j]] for j in t.added[at].tolist()],
         "ep": r.ep[at].tolist(),
     }
-    names = list(cols)
-    return _choice_list().validate_python([dict(zip(names, v, strict=True)) for v in zip(*cols.values(), strict=True)])
+    return _choice_list().validate_python(records(cols))
 
 
 @functools.cache
