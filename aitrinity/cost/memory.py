@@ -127,12 +127,16 @@ def _mlp_intermediates(m: ModelSpec, ffn: int, act_bytes: float) -> float:
 
 def layer_activation_bytes(acts: LayerActivations, plan: Plan) -> float:
     """Bytes one device keeps for one layer and one micro-batch under the plan."""
-    t, sp = plan.tp, plan.sequence_parallel
-    if plan.recompute == "full":
+    return kept_activation_bytes(acts, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention)
+
+
+def kept_activation_bytes(acts: LayerActivations, t: int, sp: bool, recompute: str, flash: bool) -> float:
+    """:func:`layer_activation_bytes` from the four settings it reads (the planner's tables, without a plan each)."""
+    if recompute == "full":
         return acts.layer_input / (t if sp else 1)
     rep = acts.replicated / (t if sp else 1)
-    keep_scores = plan.recompute == "none" and not plan.flash_attention
-    scores = acts.scores if keep_scores else (acts.flash if plan.flash_attention else 0.0)
+    keep_scores = recompute == "none" and not flash
+    scores = acts.scores if keep_scores else (acts.flash if flash else 0.0)
     return rep + (acts.split + scores) / t
 
 

@@ -55,7 +55,7 @@ from aitrinity.cost.ledger import (
     PhaseLedger,
     TrainingFacts,
 )
-from aitrinity.cost.memory import layer_activation_bytes, layer_activations, optimizer_bytes_per_param
+from aitrinity.cost.memory import kept_activation_bytes, layer_activations, optimizer_bytes_per_param
 from aitrinity.cost.params import attention_params, count, mlp_params, norm_params
 from aitrinity.cost.train_operators import RECOMPUTE_INDEX
 from aitrinity.errors import SpecError
@@ -257,26 +257,28 @@ class Rows:
         types = (np.int64, np.int64, np.int64, np.bool_, np.int64, np.bool_, np.int64, np.float64)
         return cls(*(np.array(c, dtype=t) for c, t in zip(cols, types, strict=True)))
 
-    def distinct(self, fields: tuple[str, ...]) -> tuple[Ints, Ints]:
-        """(a row of each distinct combination of ``fields``' values, each row's combination): what depends on those
-        columns alone is computed on ``self.take(first)`` and spread back with ``[inverse]`` -- the same numbers,
-        element for element. Cached on the rows: the planner prices one grid (never mutated) for every layout."""
-        cache: dict[tuple[str, ...], tuple[Ints, Ints]] = self.__dict__.setdefault("_distinct", {})
+    def distinct(self, fields: tuple[str, ...]) -> tuple[Rows, Ints]:
+        """(the distinct combinations of ``fields``' values, as rows; each row's combination): what depends on those
+        columns alone is computed on the combinations and spread back with ``[each]`` -- the same numbers, element
+        for element. Cached on the rows (the planner prices one grid, never mutated, for every layout); rows taken
+        from others answer with their source's combinations (:meth:`take`), some perhaps unused, without sorting."""
+        source = self.__dict__.get("_taken_from")
+        if source is not None:
+            rows, idx = source
+            combos, each = rows.distinct(fields)
+            return combos, each[idx]
+        cache: dict[tuple[str, ...], tuple[Rows, Ints]] = self.__dict__.setdefault("_distinct", {})
         if fields not in cache:
-            parent = self.__dict__.get("_taken_from")
-            if parent is not None:  # rows taken from others: their combinations, renumbered (1-D, cheap)
-                rows, idx = parent
-                _, first, inverse = np.unique(rows.distinct(fields)[1][idx], return_index=True, return_inverse=True)
-            else:
-                keys = np.stack([getattr(self, f).astype(np.float64) for f in fields])
-                _, first, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
-            cache[fields] = (first, inverse.reshape(-1))
+            keys = np.stack([getattr(self, f).astype(np.float64) for f in fields])
+            _, first, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+            cache[fields] = (self.take(first), inverse.reshape(-1))
         return cache[fields]
 
     def take(self, idx: Ints) -> Rows:
         """The rows ``idx``, in that order."""
         out = Rows(*(getattr(self, f)[idx] for f in Rows.__dataclass_fields__))
-        out.__dict__["_taken_from"] = (self, idx)
+        source = self.__dict__.get("_taken_from")
+        out.__dict__["_taken_from"] = (self, idx) if source is None else (source[0], source[1][idx])
         return out
 
     @classmethod
@@ -316,9 +318,8 @@ def layout_constants(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: in
     act_dense, act_moe = {}, {}
     for ri, rec in enumerate(RECOMPUTE):
         for sp in (False, True):
-            p = base.model_copy(update={"tp": tp, "recompute": rec, "sequence_parallel": sp})
-            act_dense[(ri, sp)] = layer_activation_bytes(la_dense, p)
-            act_moe[(ri, sp)] = layer_activation_bytes(la_moe, p)
+            act_dense[(ri, sp)] = kept_activation_bytes(la_dense, tp, sp, rec, base.flash_attention)
+            act_moe[(ri, sp)] = kept_activation_bytes(la_moe, tp, sp, rec, base.flash_attention)
     # forward FLOPs per token through one pipeline, per stage; the busiest stage (the first of the most) sets the pace
     best = (-1.0, 0.0, 0.0)
     dense_f = layer_dense_flops(m, False).dense
@@ -604,17 +605,20 @@ def memory_columns(
 ) -> Memory:
     """:func:`columns`' memory section: the rows of layout ``L``, ``syncs[rows.compression]`` each row's gradient
     synchronisation."""
-    per_step = L.dp * rows.micro_batch
-    mb = np.maximum(job.global_batch // per_step, 1).astype(np.float64)
+
+    def microbatches(micro_batch: Ints) -> F:  # per step, at least one
+        out: F = np.maximum(job.global_batch // (L.dp * micro_batch), 1).astype(np.float64)
+        return out
+
     comp, off = rows.compression, rows.optimizer_offload
-    b = rows.micro_batch.astype(np.float64)
-    first, each = rows.distinct(PEAK_FIELDS)  # 6,480 rows of the planner's grid hold 360 distinct peaks
-    pk = _peak_memory(m, job, base, L, rows.take(first), b[first], mb[first]).take(each)
+    combos, each = rows.distinct(PEAK_FIELDS)  # 6,480 rows of the planner's grid hold 360 distinct peaks
+    b = combos.micro_batch.astype(np.float64)
+    pk = _peak_memory(m, job, base, L, combos, b, microbatches(combos.micro_batch)).take(each)
     buffers = pk.params * _per_row(syncs, comp, "error_feedback_bytes_per_param")
     offloaded = np.where(off, pk.optimizer, 0.0) + rows.activation_offload * pk.activations
     return Memory(
-        mb=mb,
-        divisible=(job.global_batch % per_step) == 0,
+        mb=microbatches(rows.micro_batch),
+        divisible=(job.global_batch % (L.dp * rows.micro_batch)) == 0,
         peak=pk,
         buffers=buffers,
         hbm_resident=pk.total + buffers - offloaded,

@@ -215,12 +215,12 @@ def _schedule(t: TrainingRows, kernels: Kernels) -> StepTimes:
     m, base, system, rows, c = t.m, t.base, t.system, t.rows, t.columns
     tp, pp = t.layout
     # the micro-batch's kernels depend on (micro-batch, recompute, SP) only: time each distinct one once
-    first, inv = rows.distinct(("micro_batch", "recompute", "sequence_parallel"))
+    combos, inv = rows.distinct(("micro_batch", "recompute", "sequence_parallel"))
     micro = MicroBatch(
-        rows.micro_batch[first].astype(np.float64),
+        combos.micro_batch.astype(np.float64),
         t.seq_len,
-        rows.recompute[first],
-        rows.sequence_parallel[first],
+        combos.recompute,
+        combos.sequence_parallel,
         base.flash_attention,
         base.compute_dtype,
         base.cp,

@@ -215,21 +215,26 @@ def test_the_peak_stage_is_found_among_the_candidates(monkeypatch, model, pp, n,
 
 
 def test_distinct_rows_spread_back_to_every_row():
-    """``Rows.distinct``: each row's combination is one of the distinct rows with the same values in the fields
-    asked for, and the distinct rows differ in them; the answer is cached on the rows."""
+    """``Rows.distinct``: the combinations, spread back, are every row's values in the fields asked for, and differ
+    from each other in them; the answer is cached, and rows taken from the grid (twice over) answer with its
+    combinations."""
     import numpy as np
 
     from aitrinity.cost.training import PEAK_FIELDS
     from aitrinity.plan.search import DEFAULT_SPACE, _rows
 
     rows = _rows(True, DEFAULT_SPACE)
-    first, each = rows.distinct(PEAK_FIELDS)
-    assert len(first) < len(rows) and each.shape == (len(rows),)
+    combos, each = rows.distinct(PEAK_FIELDS)
+    assert len(combos) < len(rows) and each.shape == (len(rows),)
     for f in PEAK_FIELDS:
-        assert np.array_equal(getattr(rows.take(first), f)[each], getattr(rows, f)), f
-    keys = {tuple(getattr(rows, f)[i] for f in PEAK_FIELDS) for i in first}
-    assert len(keys) == len(first)
-    assert rows.distinct(PEAK_FIELDS)[0] is first
+        assert np.array_equal(getattr(combos, f)[each], getattr(rows, f)), f
+    assert len({tuple(getattr(combos, f)[i] for f in PEAK_FIELDS) for i in range(len(combos))}) == len(combos)
+    assert rows.distinct(PEAK_FIELDS)[0] is combos
+    some = rows.take(np.arange(0, len(rows), 7)).take(np.array([5, 1, 3]))
+    again, where = some.distinct(PEAK_FIELDS)
+    assert again is combos
+    for f in PEAK_FIELDS:
+        assert np.array_equal(getattr(again, f)[where], getattr(some, f)), f
 
 
 @pytest.mark.parametrize(("model", "pp", "n"), [(L8B, 4, 64), ("deepseek-v3", 16, 256)])
@@ -248,8 +253,7 @@ def test_the_peak_memory_of_distinct_rows_is_every_rows(monkeypatch, model, pp, 
     rows = dataclasses.replace(rows, compression=np.zeros(len(rows), dtype=np.int64))
     L = training.layout_constants(m, job, base, 8, pp, n // (8 * pp))
     fast = training.columns(m, job, base, L, rows, [grad_sync(m, base)])
-    every_row = np.arange(len(rows))
-    monkeypatch.setattr(training.Rows, "distinct", lambda self, fields: (every_row, every_row))
+    monkeypatch.setattr(training.Rows, "distinct", lambda self, fields: (self, np.arange(len(self))))
     every = training.columns(m, job, base, L, rows, [grad_sync(m, base)])
     for f in ("weights", "gradients", "optimizer", "activations", "hbm_resident", "host_resident", "hbm_bytes"):
         assert np.array_equal(getattr(fast, f), getattr(every, f)), f
