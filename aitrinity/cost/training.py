@@ -267,6 +267,8 @@ class Rows:
             rows, idx = source
             combos, each = rows.distinct(fields)
             return combos, each[idx]
+        if len(self) <= 1:  # one plan's row (the ledger of diagnose, the chain): itself
+            return self, np.zeros(len(self), dtype=np.int64)
         cache: dict[tuple[str, ...], tuple[Rows, Ints]] = self.__dict__.setdefault("_distinct", {})
         if fields not in cache:
             keys = np.stack([getattr(self, f).astype(np.float64) for f in fields])
