@@ -27,7 +27,7 @@ from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
 from aitrinity.plan.objective import require
-from aitrinity.plan.rows import frontier, or_none, quantize, records
+from aitrinity.plan.rows import Ints, frontier, or_none, quantize, records
 from aitrinity.plan.vector_training import (
     REASONS,
     RESOURCES,
@@ -245,8 +245,29 @@ class _Table:
     grid: Rows
     parts: np.ndarray
     """One row per part: tp, pp, ep, cp and ``added``, the index into ``combos`` of the options the part adds."""
-    priced: Priced
+    pieces: list[Priced]
+    """Each part's rows priced (only the feasible ones timed: the others' times are NaN)."""
     combos: list[list[Any]]
+
+    @functools.cached_property
+    def priced(self) -> Priced:
+        """Every candidate's columns, the parts' concatenated."""
+        return Priced(*(np.concatenate([getattr(p, f) for p in self.pieces]) for f in Priced.__dataclass_fields__))
+
+    def feasible(self) -> tuple[Ints, Priced]:
+        """The feasible candidates' numbers, in order, and their columns (what the ranking reads: a third or less
+        of the candidates, gathered part by part rather than concatenated whole)."""
+        n = len(self.grid)
+        which = [np.flatnonzero(p.feasible) for p in self.pieces]
+        idx = np.concatenate([w + k * n for k, w in enumerate(which)])
+        pairs = list(zip(self.pieces, which, strict=True))
+        return idx, Priced(*(np.concatenate([getattr(p, f)[w] for p, w in pairs]) for f in Priced.__dataclass_fields__))
+
+    @property
+    def reasons(self) -> Ints:
+        """How many candidates each reason of :data:`REASONS` names (0: feasible)."""
+        out: Ints = np.sum([np.bincount(p.reason, minlength=len(REASONS)) for p in self.pieces], axis=0)
+        return out
 
     def _spread(self, column: int) -> np.ndarray:
         out: np.ndarray = np.repeat(self.parts[:, column], len(self.grid))
@@ -311,30 +332,28 @@ def evaluate(
         raise SpecError(
             "system.num_devices", system.num_devices, f"a device count some tp x pp layout of {m.name} divides"
         )
-    columns = (np.concatenate([getattr(p, f) for p in priced]) for f in Priced.__dataclass_fields__)
-    return _Table(rows, np.array(parts, dtype=np.int64), Priced(*columns), combos)
+    return _Table(rows, np.array(parts, dtype=np.int64), priced, combos)
 
 
-def _score(t: _Table, job: TrainingJob, objective: Objective) -> np.ndarray:
-    """Per unit of useful work: a registered technique's statistical cost (more steps for the same loss)
-    multiplies it, as the break-even rule counts it."""
+def _score(t: _Table, idx: Ints, p: Priced, job: TrainingJob, objective: Objective) -> np.ndarray:
+    """Candidates ``idx`` (columns ``p``) per unit of useful work: a registered technique's statistical cost (more
+    steps for the same loss) multiplies it, as the break-even rule counts it."""
     tokens = job.global_batch * job.seq_len
     factor = np.array([registry.quality_of(entries).steps_factor for entries in t.combos])
-    steps = np.repeat(factor[t.parts[:, 4]], len(t.grid))
+    steps = factor[t.parts[idx // len(t.grid), 4]]
     if objective == "time":
-        out: np.ndarray = t.priced.step_time_s * steps
+        out: np.ndarray = p.step_time_s * steps
     elif objective == "cost":
-        out = t.priced.usd_per_step / tokens * steps
+        out = p.usd_per_step / tokens * steps
     else:
-        out = t.priced.joules_per_step / tokens * steps
+        out = p.joules_per_step / tokens * steps
     return out
 
 
-def _choices(t: _Table, idx: list[int], system: System, job: TrainingJob) -> list[PlanChoice]:
-    """Candidates ``idx`` as results, each column gathered once and the list validated in one call (a search makes
-    about two hundred for its frontier)."""
-    p, at = t.priced, np.array(idx, dtype=np.int64)
-    part, row = np.divmod(at, len(t.grid))
+def _choices(t: _Table, idx: Ints, p: Priced, at: Ints, system: System, job: TrainingJob) -> list[PlanChoice]:
+    """Candidates ``idx[at]`` (columns ``p[at]``) as results, each column gathered once and the list validated in one
+    call (a search makes about two hundred for its frontier)."""
+    part, row = np.divmod(idx[at], len(t.grid))
     tp, pp, ep, cp, added = (t.parts[part, k] for k in range(5))
     tokens = job.global_batch * job.seq_len
     step, usd, joules = p.step_time_s[at], p.usd_per_step[at], p.joules_per_step[at]
@@ -372,11 +391,11 @@ def complexity(rows: Rows) -> np.ndarray:
     return out
 
 
-def rank(score: np.ndarray, hbm: np.ndarray, simple: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``idx`` ordered best first: objective, then fewer techniques, then less device memory, then row order."""
-    order: np.ndarray = np.lexsort((idx, quantize(hbm[idx]), simple[idx], quantize(score[idx])))
-    ranked: np.ndarray = idx[order]
-    return ranked
+def rank(score: np.ndarray, hbm: np.ndarray, simple: np.ndarray) -> Ints:
+    """Positions of the candidates, best first: objective, then fewer techniques, then less device memory, then
+    their order (``np.lexsort`` is stable)."""
+    order: Ints = np.lexsort((quantize(hbm), simple, quantize(score)))
+    return order
 
 
 def search_training(
@@ -394,21 +413,24 @@ def search_training(
     time a GPU's operators (default: the device's catalog roofline)."""
     require(objective, system)
     t = evaluate(m, job, base, system, space, kernels)
-    score = _score(t, job, objective)
-    feasible = t.priced.feasible & np.isfinite(score)
-    idx = np.flatnonzero(feasible)
+    idx, p = t.feasible()
+    score = _score(t, idx, p, job, objective)
+    if not np.isfinite(score).all():  # (a $ or J objective without a price or a power: require() refuses it)
+        keep = np.flatnonzero(np.isfinite(score))
+        idx, score = idx[keep], score[keep]
+        p = Priced(*(getattr(p, f)[keep] for f in Priced.__dataclass_fields__))
+    n = len(t.grid)
     extra = (t.parts[:, 3] > 1) + np.array([len(entries) for entries in t.combos])[t.parts[:, 4]]  # cp, options
-    simple = np.tile(complexity(t.grid), len(t.parts)) + np.repeat(extra, len(t.grid))
-    order = rank(score, t.priced.hbm_bytes, simple, idx)
+    simple = complexity(t.grid)[idx % n] + extra[idx // n]
+    order = rank(score, p.hbm_bytes, simple)
     # (no $ or J column: for one system both are a constant times the step time)
-    front = frontier(order, [t.priced.step_time_s, t.priced.hbm_bytes, t.priced.link_bytes]) if pareto else []
-    counts = np.bincount(t.priced.reason, minlength=len(REASONS))
-    n = len(score)
+    front = frontier(order, [p.step_time_s, p.hbm_bytes, p.link_bytes]) if pareto else []
+    counts = t.reasons
     head = order[: max(top, 1)].tolist()  # the best, and the rest of the top
-    chosen = _choices(t, head + front, system, job)
+    chosen = _choices(t, idx, p, np.array(head + front, dtype=np.int64), system, job)
     return SearchResult(
         objective=objective,
-        evaluated=n,
+        evaluated=n * len(t.parts),
         feasible=len(idx),
         best=chosen[0] if head else None,
         top=chosen[: min(top, len(head))],
