@@ -207,14 +207,32 @@ class StepTimes:
         return self.busy + self.bubble_s + self.optimizer_s
 
 
-def slowest_stage(m: ModelSpec, k: Kernels, tp: int, pp: int, ep: int, mb: MicroBatch) -> ClassTimes:
-    """One micro-batch on the pipeline stage that takes longest (each distinct stage timed once)."""
+def slowest_stage(
+    m: ModelSpec,
+    k: Kernels,
+    tp: int,
+    pp: int,
+    ep: int,
+    mb: MicroBatch,
+    kept: dict[tuple[int, int, bool], ClassTimes] | None = None,
+) -> ClassTimes:
+    """One micro-batch on the pipeline stage that takes longest (each distinct stage timed once). ``kept``: layer
+    times by ``(tp, ep, moe layer)`` from earlier calls on the same model, kernels and micro-batches (a search's
+    layouts), and where this call leaves its own."""
     from aitrinity.cost.training import stage_kinds
+
+    def layer(moe_layer: bool) -> ClassTimes:
+        if kept is None:
+            return layer_times(m, k, tp, ep, mb, moe_layer)
+        key = (tp, ep, moe_layer)
+        if key not in kept:
+            kept[key] = layer_times(m, k, tp, ep, mb, moe_layer)
+        return kept[key]
 
     slowest: ClassTimes | None = None
     kinds = dict.fromkeys(stage_kinds(m, pp))  # each distinct stage once, in stage order; its layers' times once
-    dense_t = layer_times(m, k, tp, ep, mb, moe_layer=False)
-    moe_t = layer_times(m, k, tp, ep, mb, moe_layer=True) if any(moe for _, moe, _, _ in kinds) else None
+    dense_t = layer(False)
+    moe_t = layer(True) if any(moe for _, moe, _, _ in kinds) else None
     for key in kinds:
         t = _stage_of(m, k, tp, mb, (dense_t, moe_t), *key)
         if slowest is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -154,6 +155,10 @@ class TrainingRows:
     layout: tuple[int, int]
     rows: Rows
     columns: Columns
+    shared: dict[tuple[Any, ...], Any] | None = None
+    """What the layouts of one search share, kept for the next: each layer's operator times per TP and EP degree
+    (they do not depend on the pipeline). The search owns it and prices every layout on one model, one sequence
+    length, one system's kernels and one grid of rows; None: nothing kept."""
 
 
 def price_columns(t: TrainingRows, kernels: Kernels | None) -> StepPrice:
@@ -225,7 +230,11 @@ def _schedule(t: TrainingRows, kernels: Kernels) -> StepTimes:
         base.compute_dtype,
         base.cp,
     )
-    per_mb = slowest_stage(m, kernels, tp, pp, base.ep, micro)
+    kept = None
+    if t.shared is not None:  # besides tp and ep the layer times read these (the grid's rows live through the search)
+        key = ("layer times", id(combos), base.flash_attention, base.compute_dtype, base.cp)
+        kept = t.shared.setdefault(key, {})
+    per_mb = slowest_stage(m, kernels, tp, pp, base.ep, micro, kept)
     per_mb = ClassTimes(*(getattr(per_mb, k)[inv] for k in TRAIN_OPERATOR_CLASSES))
     opt_bytes = np.where(rows.optimizer_offload, 0.0, 2.0 * c.optimizer + c.gradients + c.weights)
     v = rows.virtual_stages.astype(np.float64)

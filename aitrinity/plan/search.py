@@ -315,6 +315,7 @@ def evaluate(
     priced: list[Priced] = []
     parts: list[tuple[int, int, int, int, int]] = []
     combos = registry.option_combinations("training")
+    shared: dict[tuple[Any, ...], Any] = {}  # what the layouts share (price_rows): this search's alone
     for tp, pp in layouts(m, system, 1 if m.moe else base.ep):
         ranks = system.num_devices // (tp * pp)
         for cp in context_degrees(m, job, base, ranks, tp):
@@ -324,7 +325,9 @@ def evaluate(
                 with_ep = base.model_copy(update={"ep": ep, "cp": cp}) if (ep, cp) != (base.ep, base.cp) else base
                 for c, entries in enumerate(combos):
                     plan = registry.with_added(with_ep, entries)
-                    priced.append(price_rows(m, job, plan, system, tp, pp, rows, kernels, every_row=False))
+                    priced.append(
+                        price_rows(m, job, plan, system, tp, pp, rows, kernels, every_row=False, shared=shared)
+                    )
                     parts.append((tp, pp, ep, cp, c))
     if not parts:
         from aitrinity.errors import SpecError

@@ -154,6 +154,7 @@ def price_rows(
     rows: Rows,
     kernels: Kernels | None = None,
     every_row: bool = True,
+    shared: dict[tuple[Any, ...], Any] | None = None,
 ) -> Priced:
     """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, cp, flash attention, optimizer.
 
@@ -161,7 +162,9 @@ def price_rows(
     :func:`aitrinity.cost.training_pricing.price_columns`, as ``trinity diagnose`` prices one plan: the operator model
     on a GPU (``kernels``, default the catalog roofline of the device), the phase roofline on other devices.
     ``every_row=False`` times the feasible rows only (the search's case: most rows fail a check, and the checks
-    need the memory columns only); the others' step time, compute, link bytes, $ and J are NaN, their binding 0."""
+    need the memory columns only); the others' step time, compute, link bytes, $ and J are NaN, their binding 0.
+    ``shared``: a search's store of what its layouts share (:attr:`aitrinity.cost.training_pricing.TrainingRows.shared`:
+    one model, job, system, kernels and grid of rows for every call given it)."""
     dp = system.num_devices // (tp * pp * base.cp)
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
@@ -178,7 +181,7 @@ def price_rows(
     if len(timed):
         some, some_mem = (rows, mem) if len(timed) == n else (rows.take(timed), mem.take(timed))
         c = columns(m, job, base, L, some, syncs, some_mem)
-        sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), some, c), kernels)
+        sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), some, c, shared), kernels)
         zeros = np.zeros(len(timed))
         step[timed], compute[timed] = sp.step_s, sp.compute_s
         link[timed] = sum((sp.link_bytes.get(ch, zeros) for ch in ("intra_node", "inter_node", "host")), zeros)

@@ -157,3 +157,24 @@ def test_no_feasible_row_prices_nothing():
     rows, _ = _rows()
     got = price_rows(m, TrainingJob(seq_len=8192, global_batch=8), Plan(), make_system(n=1), 1, 1, rows, every_row=False)
     assert not got.feasible.any() and np.isnan(got.step_time_s).all() and (got.reason == 2).any()
+
+
+def test_layouts_sharing_their_layer_times_price_as_each_alone():
+    """A search's store of layer times (``shared``): layouts of one TP degree and several pipeline depths priced
+    with it give, bit for bit, what each gives alone; the store keeps one entry per (tp, ep, MoE layer)."""
+    import numpy as np
+
+    from aitrinity.plan.search import DEFAULT_SPACE, _rows
+
+    m, job = catalog.model("llama-3.1-8b"), TrainingJob(seq_len=2048, global_batch=64)
+    system = make_system(n=32, per_node=8, host_memory="host-dram")
+    rows = _rows(True, DEFAULT_SPACE)
+    shared: dict = {}
+    for tp, pp in ((2, 1), (2, 2), (2, 4), (4, 2)):
+        alone = price_rows(m, job, Plan(), system, tp, pp, rows, every_row=False)
+        together = price_rows(m, job, Plan(), system, tp, pp, rows, every_row=False, shared=shared)
+        assert alone.feasible.any()
+        for f in ("step_time_s", "compute_s", "binding", "hbm_bytes"):
+            assert np.array_equal(getattr(alone, f), getattr(together, f), equal_nan=f != "binding"), (tp, pp, f)
+    [kept] = shared.values()
+    assert sorted(kept) == [(2, 1, False), (4, 1, False)]
