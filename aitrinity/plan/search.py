@@ -290,10 +290,6 @@ class _Table:
         return self._spread(3)
 
     @property
-    def added(self) -> np.ndarray:
-        return self._spread(4)
-
-    @property
     def rows(self) -> Rows:
         reps = len(self.parts)
         return Rows(*(np.tile(getattr(self.grid, f), reps) for f in Rows.__dataclass_fields__))
