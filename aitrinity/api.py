@@ -133,18 +133,17 @@ def estimate(r: Resolved) -> Estimate:
 def _priced(r: Resolved) -> tuple[Estimate, Kernels | None]:
     """:func:`estimate`, and the kernel times it used (None: the phase roofline, no operator model). The tables
     load only when the operator model prices."""
-    from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger, prices_with_operators
+    from aitrinity.cost.estimate import price_serving_ledger, prices_with_operators, training_estimate
 
-    led = ledger(r)
     w, plan = r.scenario.workload, r.scenario.plan
     kernels, notes = None, []
     if prices_with_operators(r.system, w.serving):
         choice = _kernels(r)
         kernels, notes = choice.kernels, [choice.note] if choice.note else []
     if w.training is not None:
-        return price_training_ledger(led, r.model, plan, r.system, kernels, notes), kernels
+        return training_estimate(r.scenario.name, r.model, w.training, plan, r.system, kernels, notes), kernels
     assert w.serving is not None
-    return price_serving_ledger(led, r.model, plan, w.serving, r.system, kernels, notes), kernels
+    return price_serving_ledger(ledger(r), r.model, plan, w.serving, r.system, kernels, notes), kernels
 
 
 def _kernels(r: Resolved) -> silicon.KernelChoice:

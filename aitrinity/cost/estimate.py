@@ -36,9 +36,10 @@ if TYPE_CHECKING:
     from aitrinity.cost.concurrency import SteadyState
     from aitrinity.cost.kernels import Kernels
     from aitrinity.cost.serving_pricing import PhaseTimes
+    from aitrinity.cost.training import PlanColumns
     from aitrinity.cost.training_pricing import StepPrice
     from aitrinity.spec.model import ModelSpec
-    from aitrinity.spec.scenario import Plan, ServingJob
+    from aitrinity.spec.scenario import Plan, ServingJob, TrainingJob
 
 ResourceKind = Literal["compute", "memory_bandwidth", "link", "latency"]
 ResourceId = Literal[
@@ -754,24 +755,50 @@ def price_training_ledger(
     system: System,
     kernels: Kernels | None = None,
     notes: Sequence[str] = (),
+    columns: PlanColumns | None = None,
 ) -> Estimate:
     """A training ledger priced as ``trinity diagnose`` and the planner price it: the operator model on a GPU
     (``kernels``, default the device's catalog roofline; ``notes`` say where they fell back), the phase roofline on
-    other devices."""
+    other devices. ``columns``: the plan's :func:`aitrinity.cost.training.plan_columns` the ledger was built from
+    (computed again otherwise)."""
     if not prices_with_operators(system, None):
-        return estimate_training(ledger, m, plan, system, None, [])
+        return estimate_training(ledger, m, plan, system, None, [], columns)
     from aitrinity.cost.kernels import roofline
 
-    return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), list(notes))
+    return estimate_training(ledger, m, plan, system, kernels or roofline(system.device), list(notes), columns)
+
+
+def training_estimate(
+    name: str,
+    m: ModelSpec,
+    job: TrainingJob,
+    plan: Plan,
+    system: System,
+    kernels: Kernels | None = None,
+    notes: Sequence[str] = (),
+) -> Estimate:
+    """One training plan's ledger (:func:`aitrinity.cost.training.training_ledger`) priced by
+    :func:`price_training_ledger`, the plan's columns computed once for both (half of the time of a chain's or a
+    break-even search's step)."""
+    from aitrinity.cost.training import plan_columns, training_ledger
+
+    pc = plan_columns(m, job, plan, system)
+    return price_training_ledger(training_ledger(name, m, job, plan, system, pc), m, plan, system, kernels, notes, pc)
 
 
 def estimate_training(
-    ledger: Ledger, m: ModelSpec, plan: Plan, system: System, kernels: Kernels | None, notes: list[str]
+    ledger: Ledger,
+    m: ModelSpec,
+    plan: Plan,
+    system: System,
+    kernels: Kernels | None,
+    notes: list[str],
+    columns: PlanColumns | None = None,
 ) -> Estimate:
     """One plan's training step, priced as the planner prices its rows (:func:`aitrinity.cost.training_pricing.
     price_columns` on the plan's columns, a batch of one) and rendered with the ledger's items: the operator model on
     ``kernels`` (a GPU; the slowest stage's micro-batch from kernel times, the 1F1B schedule around it, the pipeline
-    sends, the optimizer's pass), else the phase roofline."""
+    sends, the optimizer's pass), else the phase roofline. ``columns``: the plan's columns, if the caller has them."""
     from aitrinity.cost.training import plan_columns
     from aitrinity.cost.training_pricing import TrainingRows, price_columns
     from aitrinity.spec.scenario import TrainingJob
@@ -779,7 +806,7 @@ def estimate_training(
     facts = ledger.training
     assert facts is not None
     job = TrainingJob(seq_len=facts.seq_len, global_batch=facts.global_batch, total_tokens=facts.total_tokens)
-    pc = plan_columns(m, job, plan, system)
+    pc = columns or plan_columns(m, job, plan, system)
     lay = (pc.layout.tp, pc.layout.pp)
     sp = price_columns(TrainingRows(m, job.seq_len, plan, system, lay, pc.row, pc.columns), kernels)
     if kernels is None:

@@ -814,9 +814,12 @@ def plan_columns(m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> 
     return PlanColumns(lay, row, columns(m, job, plan, L, row, [sync]), sync)
 
 
-def training_ledger(name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System) -> Ledger:
-    """The ledger of one training step: the columns of a batch of one plan."""
-    pc = plan_columns(m, job, plan, system)
+def training_ledger(
+    name: str, m: ModelSpec, job: TrainingJob, plan: Plan, system: System, columns: PlanColumns | None = None
+) -> Ledger:
+    """The ledger of one training step: the columns of a batch of one plan (``columns``: this plan's
+    :func:`plan_columns`, when the caller prices them too; computed here otherwise)."""
+    pc = columns or plan_columns(m, job, plan, system)
     lay, row, c, sync = pc.layout, pc.row, pc.columns, pc.sync
     p, mb = lay.pp, lay.num_microbatches
     s, b = job.seq_len, lay.micro_batch

@@ -30,11 +30,10 @@ import math
 from collections.abc import Callable
 
 from aitrinity.cost.diagnosis import ExchangeReport
-from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price_serving_ledger, price_training_ledger
+from aitrinity.cost.estimate import CHANNEL_LABELS, Estimate, price_serving_ledger, training_estimate
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Ledger
 from aitrinity.cost.serving import CHANNEL_OF_TIER, serving_ledger
-from aitrinity.cost.training import training_ledger
 from aitrinity.plan import registry
 from aitrinity.plan.exchanges import ExchangeInfo
 from aitrinity.plan.registry import Quality
@@ -256,7 +255,7 @@ def _pricer(scenario: Scenario, model: ModelSpec, kernels: Kernels | None) -> Ca
 
     def estimate(p: Plan, s: System) -> Estimate:
         if w.training is not None:
-            return price_training_ledger(training_ledger(scenario.name, model, w.training, p, s), model, p, s, kernels)
+            return training_estimate(scenario.name, model, w.training, p, s, kernels)
         assert w.serving is not None
         led = serving_ledger(scenario.name, model, w.serving, p, s)
         return price_serving_ledger(led, model, p, w.serving, s, kernels)

@@ -16,11 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aitrinity.cost.diagnosis import Diagnosis, diagnose
-from aitrinity.cost.estimate import price_serving_ledger, price_training_ledger
+from aitrinity.cost.estimate import price_serving_ledger, training_estimate
 from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.serving import serving_ledger
-from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan import registry
 from aitrinity.plan.exchanges import CATALOG
@@ -246,8 +245,7 @@ def training_chain(
     def run(values: dict[str, Any]) -> _State | None:
         try:
             plan = _apply(base, values, "training", base)
-            led = training_ledger("chain", m, job, plan, system)
-            d = diagnose(price_training_ledger(led, m, plan, system, kernels))
+            d = diagnose(training_estimate("chain", m, job, plan, system, kernels))
         except SpecError:
             return None
         return _state(values, d, kind, plan)

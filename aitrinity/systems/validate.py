@@ -27,13 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aitrinity.cost.estimate import price_phase, price_training_ledger
+from aitrinity.cost.estimate import price_phase, training_estimate
 from aitrinity.cost.flops import score_flops_per_query, token_flops
 from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token, layer_activation_bytes, layer_activations
 from aitrinity.cost.params import count
 from aitrinity.cost.serving import decode_phase, prefill_phase
-from aitrinity.cost.training import training_ledger
 from aitrinity.spec.model import ModelSpec
 from aitrinity.spec.scenario import Plan, System, TrainingJob
 from aitrinity.systems.calibrate import best_time
@@ -230,8 +229,7 @@ def _timed_rows(case: Case, system: System, model: Any, ids: Any, cache: Any, re
 
     job = TrainingJob(seq_len=s, global_batch=b)
     plan = fp32.model_copy(update={"micro_batch": b, "flash_attention": False})
-    led = training_ledger("validate", m, job, plan, system)
-    train_s = price_training_ledger(led, m, plan, system).training.step_time_s  # type: ignore[union-attr]
+    train_s = training_estimate("validate", m, job, plan, system).training.step_time_s  # type: ignore[union-attr]
     return [
         _row(
             case.name,

@@ -81,3 +81,33 @@ def test_overlapped_collectives_holding_sms_slow_the_gpu_work_beside_them(overla
     copies = gpu_training_step(st, 0.0, [], [comm, 0.5], system, [False, False])
     without = max(2.0, comm) if overlap == "max" else time - lent
     assert float(copies.time_s) == float(plain.time_s) == pytest.approx(without)
+
+
+@pytest.mark.parametrize("device", ["h100-sxm", "tpu-v5p"])
+def test_training_estimate_is_the_ledger_priced_with_its_columns_computed_once(device, monkeypatch):
+    """``training_estimate`` prices the ledger as ``price_training_ledger(training_ledger(...))`` does, field for
+    field, for plans of several layouts and exchanges, and builds the plan's columns once for both."""
+    from aitrinity.cost import training
+    from aitrinity.cost.estimate import price_training_ledger, training_estimate
+    from aitrinity.cost.training import training_ledger
+
+    m = catalog.model("llama-2-7b")
+    job = TrainingJob(seq_len=2048, global_batch=64)
+    system = make_system(device, n=16, per_node=8 if device == "h100-sxm" else 4, host_memory="host-dram")
+    plans = [
+        Plan(),
+        Plan(tp=2, pp=2, zero=1, recompute="selective", micro_batch=2),
+        Plan(tp=4, zero=3, sequence_parallel=True, grad_dtype="fp32"),
+        Plan(pp=4, virtual_stages=2, exchanges=[GradientCompression(kind="gradient-compression", method="int8")]),
+    ]
+    built = []
+    real = training.plan_columns
+    monkeypatch.setattr(training, "plan_columns", lambda *a: built.append(a[2]) or real(*a))
+    for plan in plans:
+        built.clear()
+        once = training_estimate("t", m, job, plan, system)
+        assert built == [plan]
+        monkeypatch.setattr(training, "plan_columns", real)
+        twice = price_training_ledger(training_ledger("t", m, job, plan, system), m, plan, system)
+        monkeypatch.setattr(training, "plan_columns", lambda *a: built.append(a[2]) or real(*a))
+        assert once.model_dump() == twice.model_dump(), plan
