@@ -27,6 +27,7 @@ from aitrinity.spec.scenario import Plan, Scenario, System
 if TYPE_CHECKING:
     from aitrinity.cost.kernels import Kernels
     from aitrinity.plan.report import PlanReport
+    from aitrinity.plan.search import Reuse
     from aitrinity.plan.split import EdgeDiagnosis, EdgePlanReport
 
 
@@ -187,6 +188,10 @@ def builtin_scenarios() -> list[str]:
     return catalog.names("scenarios")
 
 
+STARTS = ("naive", "scenario")
+"""Where a plan's chain starts: the naive plan, or the scenario's own."""
+
+
 def plan(
     scenario: Scenario | EdgeScenario | str | Path,
     objective: str | None = None,
@@ -219,15 +224,12 @@ def plan(
         return edge.plan(loaded, base, overrides, objective, top)
     from aitrinity.errors import SpecError
 
-    if start not in ("naive", "scenario"):
+    if start not in STARTS:
         raise SpecError("--from", start, "naive or scenario")
     r = resolve(loaded, base, overrides)
     own = r.scenario.plan if start == "scenario" else None
     if r.scenario.workload.training is not None:
-        if ttft_slo or tpot_slo:
-            raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
-        if disaggregated:
-            raise SpecError("--disaggregated", True, "a serving workload (prefill and decode pools)")
+        _training_only(ttft_slo, tpot_slo, disaggregated)
         return _plan_training(r, objective, top, own, pareto)
     trace_base = (
         Path(scenario).resolve().parent
@@ -238,7 +240,67 @@ def plan(
     return _plan_serving(r, objective, top, own, pareto, ttft_slo, tpot_slo, trace_base, splits)
 
 
-def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | None, pareto: bool) -> PlanReport:
+def _training_only(ttft_slo: str | None, tpot_slo: str | None, disaggregated: bool) -> None:
+    """Refuse a training plan's serving-only options."""
+    from aitrinity.errors import SpecError
+
+    if ttft_slo or tpot_slo:
+        raise SpecError("--slo", ttft_slo or tpot_slo, "no TTFT/TPOT objective for a training workload")
+    if disaggregated:
+        raise SpecError("--disaggregated", True, "a serving workload (prefill and decode pools)")
+
+
+def sweep(
+    scenario: Scenario | EdgeScenario | str | Path,
+    key: str,
+    values: Sequence[str],
+    objective: str | None = None,
+    overrides: Sequence[str] = (),
+    start: str = "naive",
+    ttft_slo: str | None = None,
+    tpot_slo: str | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[PlanReport | EdgePlanReport]:
+    """The best plan at each of ``values`` of the what-if ``key`` (``trinity plan --sweep KEY=V1,V2,...``): for each,
+    what ``plan(scenario, objective, 1, [*overrides, f"{key}={value}"], start, ttft_slo, tpot_slo)`` gives.
+
+    Where the key is a quantity of the hardware (``link`` as a bandwidth, ``hbm_capacity``, ``flops``, ``price``, ...;
+    :mod:`aitrinity.overrides`) of a training scenario, the scenario is resolved once and the searches share what no
+    quantity of the system enters -- each layout's constants, memory and ledger columns
+    (:class:`aitrinity.plan.search.Reuse`) -- so that a value after the first costs its pricing, ranking and chain
+    alone. ``progress(done, total)`` is called after each value."""
+    from aitrinity.errors import SpecError
+
+    if not values:
+        raise SpecError("--sweep", key, "at least one value")
+    points = [ov.parse(f"{key}={v}") for v in values]
+    loaded, base = load(scenario)
+    hardware = not ov.split(points)[0]
+    out: list[PlanReport | EdgePlanReport] = []
+    if hardware and isinstance(loaded, Scenario) and loaded.workload.training is not None and start in STARTS:
+        r0 = resolve(loaded, base, overrides)
+        if r0.scenario.workload.training is not None:
+            from aitrinity.plan.search import Reuse
+
+            _training_only(ttft_slo, tpot_slo, False)
+            reuse, own = Reuse(), r0.scenario.plan if start == "scenario" else None
+            for i, point in enumerate(points):
+                r = Resolved(r0.scenario, r0.model, ov.apply_hardware(r0.system, ov.split([point])[1]))
+                out.append(_plan_training(r, objective, 1, own, True, reuse))
+                if progress is not None:
+                    progress(i + 1, len(points))
+            return out
+    for i, v in enumerate(values):
+        out.append(plan(scenario, objective, 1, [*overrides, f"{key}={v}"], start, ttft_slo, tpot_slo))
+        if progress is not None:
+            progress(i + 1, len(values))
+    return out
+
+
+def _plan_training(
+    r: Resolved, objective: str | None, top: int, own: Plan | None, pareto: bool, reuse: Reuse | None = None
+) -> PlanReport:
     """The training search, the chain to its best plan, or the devices the scenario's own plan needs."""
     from aitrinity.cost.estimate import prices_with_operators
     from aitrinity.errors import SpecError
@@ -255,7 +317,7 @@ def _plan_training(r: Resolved, objective: str | None, top: int, own: Plan | Non
     # a CPU's training step) -- a plan the search ranks is then the step diagnose reports
     kernels = _kernels(r).kernels if prices_with_operators(r.system, None) else None
     plan = r.scenario.plan
-    result = search_training(r.model, w, plan, r.system, objective, top, pareto=pareto, kernels=kernels)
+    result = search_training(r.model, w, plan, r.system, objective, top, pareto=pareto, kernels=kernels, reuse=reuse)
     chain = training_chain(r.model, w, plan, r.system, result.best, own, kernels) if result.best else None
     need = None
     if result.best is None:

@@ -461,21 +461,19 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         on_ray = _plan_on_ray(args, [(args.scenario, [*args.overrides, f"{key}={v}"]) for v in vals])
         points = list(zip(vals, on_ray, strict=True))
     else:
-        points = [
-            (
-                v,
-                api.plan(
-                    args.scenario,
-                    args.objective,
-                    1,
-                    [*args.overrides, f"{key}={v}"],
-                    args.start,
-                    args.slo_ttft,
-                    args.slo_tpot,
-                ),
-            )
-            for v in vals
-        ]
+        progress = Progress(getattr(args, "quiet", False))
+        reports = api.sweep(
+            args.scenario,
+            key,
+            vals,
+            args.objective,
+            args.overrides,
+            args.start,
+            args.slo_ttft,
+            args.slo_tpot,
+            progress=lambda d, n: progress.step(d, n, "plans"),
+        )
+        points = list(zip(vals, reports, strict=True))
     if args.json:
         print(dump([{"value": v, **rep.model_dump(mode="json")} for v, rep in points]))
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -31,9 +31,11 @@ from aitrinity.plan.rows import Ints, frontier, or_none, quantize, records
 from aitrinity.plan.vector_training import (
     REASONS,
     RESOURCES,
+    LayoutLedger,
     Priced,
     Rows,
     fixed_exchanges,
+    layout_ledger,
     price_rows,
 )
 from aitrinity.spec.model import ModelSpec
@@ -295,6 +297,25 @@ class _Table:
         return Rows(*(np.tile(getattr(self.grid, f), reps) for f in Rows.__dataclass_fields__))
 
 
+@dataclass
+class Reuse:
+    """What the training searches of one hardware sweep share (:func:`aitrinity.api.sweep`): each part's plan and
+    the system-free part of pricing its rows (:class:`~aitrinity.plan.vector_training.LayoutLedger`: layout
+    constants, memory section, ledger columns). Valid for searches of one model, job, plan and space on systems of one
+    device count and node size, with host memory or without, that differ in their quantities alone (bandwidths,
+    capacities, FLOPs, price, power): the first search fixes these and a later one that differs is refused."""
+
+    parts: dict[tuple[int, int, int, int, int], tuple[Plan, LayoutLedger]] = field(default_factory=dict)
+    scope: tuple[Any, ...] | None = None
+
+    def enter(self, m: ModelSpec, job: TrainingJob, base: Plan, system: System, space: Space) -> None:
+        scope = (m, job, base, space, system.num_devices, system.devices_per_node, system.host_memory is not None)
+        if self.scope is None:
+            self.scope = scope
+        elif not all(a is b or a == b for a, b in zip(self.scope, scope, strict=True)):
+            raise ValueError("a Reuse serves searches of one model, job, plan, space and system layout only")
+
+
 def evaluate(
     m: ModelSpec,
     job: TrainingJob,
@@ -302,7 +323,13 @@ def evaluate(
     system: System,
     space: Space = DEFAULT_SPACE,
     kernels: Kernels | None = None,
+    reuse: Reuse | None = None,
 ) -> _Table:
+    """Every candidate priced: the layouts (with their context- and expert-parallel degrees) x the registered
+    techniques' option combinations x the grid of rows. ``reuse``: what an earlier search of a hardware sweep built
+    and this one may read (:class:`Reuse`)."""
+    if reuse is not None:
+        reuse.enter(m, job, base, system, space)
     if job.seq_len > m.max_seq_len:  # the one job check the one-plan ledger makes first
         from aitrinity.errors import SpecError
 
@@ -320,11 +347,16 @@ def evaluate(
             for ep in expert_degrees(m, ranks // cp, base.ep):
                 with_ep = base.model_copy(update={"ep": ep, "cp": cp}) if (ep, cp) != (base.ep, base.cp) else base
                 for c, entries in enumerate(combos):
-                    plan = registry.with_added(with_ep, entries)
-                    priced.append(
-                        price_rows(m, job, plan, system, tp, pp, rows, kernels, every_row=False, shared=shared)
-                    )
-                    parts.append((tp, pp, ep, cp, c))
+                    key = (tp, pp, ep, cp, c)
+                    if reuse is not None and key in reuse.parts:
+                        plan, ledger = reuse.parts[key]
+                    else:
+                        plan = registry.with_added(with_ep, entries)
+                        ledger = layout_ledger(m, job, plan, tp, pp, system.num_devices // (tp * pp * cp), rows)
+                        if reuse is not None:
+                            reuse.parts[key] = plan, ledger
+                    priced.append(price_rows(m, job, plan, system, tp, pp, rows, kernels, False, shared, ledger))
+                    parts.append(key)
     if not parts:
         from aitrinity.errors import SpecError
 
@@ -407,11 +439,13 @@ def search_training(
     space: Space = DEFAULT_SPACE,
     pareto: bool = True,
     kernels: Kernels | None = None,
+    reuse: Reuse | None = None,
 ) -> SearchResult:
     """``pareto=False`` leaves the frontier out (most of the time of a search over many layouts); ``kernels``
-    time a GPU's operators (default: the device's catalog roofline)."""
+    time a GPU's operators (default: the device's catalog roofline); ``reuse``: a hardware sweep's store of what its
+    searches share (:class:`Reuse`)."""
     require(objective, system)
-    t = evaluate(m, job, base, system, space, kernels)
+    t = evaluate(m, job, base, system, space, kernels, reuse)
     idx, p = t.feasible()
     score = _score(t, idx, p, job, objective)
     if not np.isfinite(score).all():  # (a $ or J objective without a price or a power: require() refuses it)

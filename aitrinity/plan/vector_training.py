@@ -22,7 +22,7 @@ from aitrinity.cost.effects import GradSync, grad_sync
 from aitrinity.cost.kernels import Kernels, roofline
 from aitrinity.cost.serving_pricing import usd_per_s, watts
 from aitrinity.cost.training import RECOMPUTE as RECOMPUTE
-from aitrinity.cost.training import Memory, columns, layout_constants, memory_columns
+from aitrinity.cost.training import Columns, LayoutConstants, Memory, columns, layout_constants, memory_columns
 from aitrinity.cost.training import Rows as Rows
 from aitrinity.cost.training_pricing import TrainingRows, price_columns
 from aitrinity.plan import registry
@@ -144,6 +144,37 @@ def _checks(m: ModelSpec, system: System, tp: int, pp: int, rows: Rows, mem: Mem
     ]
 
 
+@dataclass
+class LayoutLedger:
+    """The part of pricing one layout's rows that no quantity of the system enters: the layout's constants, every
+    row's memory section and the ledger columns of the rows last timed. It depends on the model, the job, the plan,
+    the layout (``tp``, ``pp`` and ``dp``) and the rows only, so that the searches of a hardware sweep build it once
+    and price it on each value's system (:class:`aitrinity.plan.search.Reuse`)."""
+
+    L: LayoutConstants
+    syncs: list[GradSync]
+    memory: Memory
+    _timed: Ints | None = None
+    _some: tuple[Rows, Columns] | None = None
+
+    def timed(self, m: ModelSpec, job: TrainingJob, base: Plan, rows: Rows, timed: Ints) -> tuple[Rows, Columns]:
+        """Rows ``timed`` of ``rows`` and their ledger columns: built again only when other rows are asked for (a
+        sweep of bandwidths or FLOPs times the same feasible rows at every value; of capacities, not)."""
+        if self._some is None or self._timed is None or not np.array_equal(self._timed, timed):
+            whole = len(timed) == len(rows)
+            some, some_mem = (rows, self.memory) if whole else (rows.take(timed), self.memory.take(timed))
+            self._some, self._timed = (some, columns(m, job, base, self.L, some, self.syncs, some_mem)), timed
+        return self._some
+
+
+def layout_ledger(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: int, dp: int, rows: Rows) -> LayoutLedger:
+    """The system-free part of pricing ``rows`` on layout ``(tp, pp)`` with ``dp`` data-parallel replicas."""
+    L = layout_constants(m, job, base, tp, pp, dp)
+    sync = _syncs(m, base)
+    syncs = [sync[x] for x in COMPRESSION]
+    return LayoutLedger(L, syncs, memory_columns(m, job, base, L, rows, syncs))
+
+
 def price_rows(
     m: ModelSpec,
     job: TrainingJob,
@@ -155,6 +186,7 @@ def price_rows(
     kernels: Kernels | None = None,
     every_row: bool = True,
     shared: dict[tuple[Any, ...], Any] | None = None,
+    ledger: LayoutLedger | None = None,
 ) -> Priced:
     """Price every row for layout ``(tp, pp)``; ``base`` supplies dtypes, ep, cp, flash attention, optimizer.
 
@@ -164,12 +196,15 @@ def price_rows(
     ``every_row=False`` times the feasible rows only (the search's case: most rows fail a check, and the checks
     need the memory columns only); the others' step time, compute, link bytes, $ and J are NaN, their binding 0.
     ``shared``: a search's store of what its layouts share (:attr:`aitrinity.cost.training_pricing.TrainingRows.shared`:
-    one model, job, system, kernels and grid of rows for every call given it)."""
+    one model, job, system, kernels and grid of rows for every call given it). ``ledger``: the rows'
+    :func:`layout_ledger` on this model, job, plan and layout, when the caller keeps it (a hardware sweep)."""
     dp = system.num_devices // (tp * pp * base.cp)
-    L = layout_constants(m, job, base, tp, pp, dp)
-    sync = _syncs(m, base)
-    syncs = [sync[x] for x in COMPRESSION]
-    mem = memory_columns(m, job, base, L, rows, syncs)
+    if ledger is None:
+        ledger = layout_ledger(m, job, base, tp, pp, dp, rows)
+    elif (ledger.L.tp, ledger.L.pp, ledger.L.dp) != (tp, pp, dp):
+        got = (ledger.L.tp, ledger.L.pp, ledger.L.dp)
+        raise ValueError(f"the layout ledger of (tp, pp, dp) = {got} priced as {(tp, pp, dp)}")
+    mem = ledger.memory
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
     reason = first_failed(_checks(m, system, tp, pp, rows, mem), len(rows))  # the first failed constraint wins
@@ -179,8 +214,7 @@ def price_rows(
     binding = np.zeros(n, dtype=np.int64)
     timed = np.arange(n) if every_row else np.flatnonzero(feasible)
     if len(timed):
-        some, some_mem = (rows, mem) if len(timed) == n else (rows.take(timed), mem.take(timed))
-        c = columns(m, job, base, L, some, syncs, some_mem)
+        some, c = ledger.timed(m, job, base, rows, timed)
         sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), some, c, shared), kernels)
         zeros = np.zeros(len(timed))
         step[timed], compute[timed] = sp.step_s, sp.compute_s
