@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,11 +57,28 @@ BLOCK = 128
 block costs its square (128 measured ~15% faster than 256 on the serving and training searches' points)."""
 
 
-def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
+STRIKE_FIRST = 4096
+"""Above this many rows :func:`pareto_indices` strikes out strictly dominated rows first (below it the sort and the
+passes cost about what the strike does: the serving searches' 2-3 thousand points measured within +-10% either
+way)."""
+
+
+@functools.cache
+def _directions(d: int, steps: int = 3) -> np.ndarray:
+    """Positive weights of ``d`` columns, spread over the simplex: every split of ``steps`` units among them, plus a
+    quarter each (10 directions for the training frontier's 3 columns)."""
+    return np.array([w for w in itertools.product(range(steps + 1), repeat=d) if sum(w) == steps], dtype=float) + 0.25
+
+
+def pareto_indices(points: np.ndarray, work: int = 50_000, strike_first: int = STRIKE_FIRST) -> list[int]:
     """Indices of the non-dominated rows of ``points`` (minimise every column), in row order; of equal rows
     only the first counts.
 
-    Rows are visited in order of the sum of their columns scaled to [0, 1] (equal sums in row order). That
+    First (above ``strike_first`` rows), the rows that minimise a few positive weightings of the columns scaled to
+    [0, 1] (:func:`_directions`: front rows spread along the frontier) strike out every row they dominate strictly:
+    no worse in any column and a larger sum of the scaled columns (of the training search's 41 thousand feasible
+    points, 7 thousand are left).
+    The rest are visited in order of that sum (equal sums in row order). That
     sum never decreases from a row to one it dominates, so rows that dominate many come early. A block of
     rows at a time is kept unless an earlier row of the block dominates (or equals) it, and one vectorized
     pass strikes out every later row the kept ones dominate or equal: a struck row is always dominated by
@@ -78,7 +97,16 @@ def pareto_indices(points: np.ndarray, work: int = 50_000) -> list[int]:
         if not varies.any():
             return [0]
         cols, lo, hi = cols[varies], lo[varies], hi[varies]
-    rest = np.argsort(((cols - lo[:, None]) / (hi - lo)[:, None]).sum(axis=0), kind="stable")
+    scaled = (cols - lo[:, None]) / (hi - lo)[:, None]
+    total = scaled.sum(axis=0)
+    # strike first what a few front rows dominate strictly (the best rows of several weighted sums of the scaled
+    # columns): a row some other row is no worse than anywhere and whose sum is larger is no front row, and an equal
+    # row (equal sums) is left for the passes, which keep the first of equals
+    left = np.arange(len(total))
+    if len(total) > strike_first:
+        strikers = np.unique(np.argmin(_directions(len(cols)) @ scaled, axis=1))
+        left = left[~np.any(_weakly_better(cols[:, strikers], cols) & (total[strikers, None] < total), axis=0)]
+    rest = left[np.argsort(total[left], kind="stable")]
     kept: list[np.ndarray] = []
     while len(rest):
         block = max(8, min(BLOCK, work // len(rest)))

@@ -164,18 +164,22 @@ def test_pareto_front_is_non_dominated_and_complete():
     cols=st.integers(1, 5),
     values=st.integers(1, 8),
     work=st.sampled_from([1, 50, 50_000]),
+    strike_first=st.sampled_from([0, 50, 10_000]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_pareto_front_is_exactly_the_first_of_each_non_dominated_point(rows, cols, values, work, seed):
+def test_pareto_front_is_exactly_the_first_of_each_non_dominated_point(rows, cols, values, work, strike_first, seed):
     """Brute force: a row is on the front iff nothing dominates it and no earlier row equals it (many ties and
-    duplicates with few distinct values; ``work`` from one head a pass to large blocks)."""
+    duplicates with few distinct values; ``work`` from one head a pass to large blocks; the strictly dominated rows
+    struck out first or not)."""
     rng = np.random.default_rng(seed)
     pts = rng.integers(0, values, size=(rows, cols)).astype(float) * rng.choice([1.0, 1e-9, 3e12])
     le = np.all(pts[None, :, :] <= pts[:, None, :], axis=2)  # [i, j]: j <= i everywhere
     eq = np.all(pts[None, :, :] == pts[:, None, :], axis=2)
     dominated = np.any(le & ~eq, axis=1)
     earlier_equal = np.any(np.tril(eq, -1), axis=1)
-    assert pareto_indices(pts, work) == [i for i in range(rows) if not dominated[i] and not earlier_equal[i]]
+    assert pareto_indices(pts, work, strike_first) == [
+        i for i in range(rows) if not dominated[i] and not earlier_equal[i]
+    ]
 
 
 def test_infeasible_candidates_are_counted_by_the_constraint_they_failed():
