@@ -10,7 +10,7 @@ from aitrinity.cost.estimate import price_training_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
 from aitrinity.plan.rows import first_largest, pareto_indices, quantize
-from aitrinity.plan.search import Space, complexity, evaluate, search_training
+from aitrinity.plan.search import Space, complexity, evaluate, rank, search_training
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system
@@ -180,6 +180,28 @@ def test_pareto_front_is_exactly_the_first_of_each_non_dominated_point(rows, col
     assert pareto_indices(pts, work, strike_first) == [
         i for i in range(rows) if not dominated[i] and not earlier_equal[i]
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(0, 300),
+    scale=st.sampled_from([1.0, 1e-9, 3e12]),
+    values=st.integers(1, 6),
+    most=st.sampled_from([3, 63, 64, 200]),
+    signs=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_rank_orders_by_quantized_score_then_techniques_then_memory(rows, scale, values, most, signs, seed):
+    """The ranking is ``np.lexsort`` over the quantized score, the technique count and the quantized memory, ties in
+    candidate order -- with the first two packed into one key and without (a negative score, 64 or more techniques);
+    scores with ties, zeros, values that differ below the quantization and in its last bit."""
+    rng = np.random.default_rng(seed)
+    score = rng.integers(0, values, rows) * scale * (1 + rng.choice([0.0, 1e-12, 2.0**-29, 1e-3], rows))
+    if signs:
+        score = score * rng.choice([-1.0, 1.0], rows)
+    hbm = rng.integers(0, values, rows) * 2.0**30 * (1 + rng.choice([0.0, 1e-12], rows))
+    simple = rng.integers(0, most, rows)
+    assert rank(score, hbm, simple).tolist() == np.lexsort((quantize(hbm), simple, quantize(score))).tolist()
 
 
 def test_infeasible_candidates_are_counted_by_the_constraint_they_failed():
