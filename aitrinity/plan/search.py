@@ -27,7 +27,7 @@ from aitrinity.cost.kernels import Kernels
 from aitrinity.cost.ledger import Result
 from aitrinity.plan import registry
 from aitrinity.plan.objective import require
-from aitrinity.plan.rows import Ints, frontier, or_none, quantize, records
+from aitrinity.plan.rows import Ints, frontier, or_none, rank, records
 from aitrinity.plan.vector_training import (
     REASONS,
     RESOURCES,
@@ -420,20 +420,6 @@ def complexity(rows: Rows) -> np.ndarray:
         if d.plain is not None:
             out += getattr(rows, d.column) != d.code(d.plain)
     return out
-
-
-def rank(score: np.ndarray, hbm: np.ndarray, simple: np.ndarray) -> Ints:
-    """Positions of the candidates, best first: objective, then fewer techniques, then less device memory, then
-    their order (``np.lexsort`` is stable)."""
-    q = quantize(score)
-    if len(q) and q.min() >= 0 and simple.min() >= 0 and simple.max() < 64:
-        # one key for the first two (a third less sorting): a non-negative float's bits order as it does (-0.0 made
-        # 0.0, which it equals), and a quantized one has its low 23 bits zero -- the objective above the techniques
-        key = (((q + 0.0).view(np.int64) >> 22) << 6) | simple
-        order: Ints = np.lexsort((quantize(hbm), key))
-    else:
-        order = np.lexsort((quantize(hbm), simple, q))
-    return order
 
 
 def search_training(

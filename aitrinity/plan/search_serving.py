@@ -27,7 +27,7 @@ from aitrinity.cost.ledger import Result
 from aitrinity.cost.memory import kv_bytes_per_token
 from aitrinity.plan import registry
 from aitrinity.plan.objective import require
-from aitrinity.plan.rows import Ints, frontier, or_none, quantize, records
+from aitrinity.plan.rows import Ints, frontier, or_none, quantize, rank, records
 from aitrinity.plan.search import CP_MIN_TOKENS, ReasonCount, expert_degrees, layouts
 from aitrinity.plan.vector_serving import (
     OVER_BUDGET,
@@ -304,9 +304,10 @@ def _ranking(t: _Table, objective: ServingObjective, combos: list[list[Any]]) ->
         if d.plain is not None:
             simple += getattr(rows, d.column)[idx] != d.code(d.plain)
     simple += np.array([len(entries) for entries in combos])[t.added[idx]]
-    return idx, idx[
-        np.lexsort((t.rank[idx], quantize(priced.hbm_bytes[idx]), simple, t.drop[idx], quantize(score[idx])))
-    ]
+    order, drop, hbm = t.rank[idx], t.drop[idx], priced.hbm_bytes[idx]
+    if (drop == drop[:1]).all() and (order[1:] > order[:-1]).all():  # (one drop, rows in search order: most searches)
+        return idx, idx[rank(score[idx], hbm, simple)]
+    return idx, idx[np.lexsort((order, quantize(hbm), simple, drop, quantize(score[idx])))]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,8 @@ from aitrinity import catalog
 from aitrinity.cost.estimate import price_training_ledger
 from aitrinity.cost.training import training_ledger
 from aitrinity.errors import SpecError
-from aitrinity.plan.rows import first_largest, pareto_indices, quantize
-from aitrinity.plan.search import Space, complexity, evaluate, rank, search_training
+from aitrinity.plan.rows import first_largest, pareto_indices, quantize, rank
+from aitrinity.plan.search import Space, complexity, evaluate, search_training
 from aitrinity.plan.vector_training import COMPRESSION, RECOMPUTE
 from aitrinity.spec.scenario import Plan, TrainingJob
 from tests.conftest import make_system

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,8 @@ def test_serving_search_equals_brute_force(objective, budget):
     system = make_system(n=2, host_memory="host-dram")
     res = search_serving(m, job, Plan(), system, objective)
     best_key, best = None, None
-    from aitrinity.plan.search import layouts, quantize
+    from aitrinity.plan.rows import quantize
+    from aitrinity.plan.search import layouts
 
     for tp, pp in layouts(m, system, 1):
         for b in sorted({*_values("batch"), 4}):
@@ -250,3 +253,38 @@ def test_each_serving_technique_module_declares_its_column_of_the_grid():
     assert {x.kind for x in plan.exchanges} == {"kv-offload", "weight-quantization", "kv-quantization"}
     assert c.accuracy_drop == pytest.approx(registry.quality_of(plan.exchanges).accuracy_drop)
     assert c.accuracy_drop == pytest.approx(0.02)  # int8 weights (Kurtic et al. 2025); fp8 KV loses nothing
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency", "cost"])
+@pytest.mark.parametrize(
+    ("prompt", "budget", "shuffled"),
+    [(2048, 0.0, False), (2048, 0.05, False), (32768, 0.0, False), (2048, 0.0, True)],
+)
+def test_the_ranking_is_the_five_key_sort(objective, prompt, budget, shuffled, monkeypatch):
+    """The search's ranking (its objective, accuracy drop, technique count, memory, search order; packed into one sort
+    key where it can) is ``np.lexsort`` over the five keys."""
+    from aitrinity.plan import registry
+    from aitrinity.plan import search_serving as ss
+    from aitrinity.plan.rows import quantize
+
+    tables = []
+    real = ss._complete
+    monkeypatch.setattr(ss, "_complete", lambda *a: tables.append(real(*a)) or tables[-1])
+    m = catalog.model("llama-3.1-70b")
+    job = ServingJob(prompt_tokens=prompt, output_tokens=256, max_accuracy_drop=budget)
+    search_serving(m, job, Plan(), make_system(n=16, host_memory="host-dram"), objective)
+    (t,) = tables
+    if shuffled:  # rows out of search order (as a search's parts of several CP degrees and options can be)
+        t = dataclasses.replace(t, rank=np.random.default_rng(0).permutation(t.rank))
+    idx, order = ss._ranking(t, objective, registry.option_combinations("serving"))
+    p = t.priced
+    score = {"throughput": -p.throughput_tokens_per_s, "latency": p.latency_s, "cost": p.usd_per_million_tokens}
+    s = score[objective][idx]
+    r = t.rows
+    simple = r.tp[idx] * r.cp[idx] * r.pp[idx] + (r.ep[idx] > 1) + (r.cp[idx] > 1)
+    for _, d in ss.dimensions():
+        if d.plain is not None:
+            simple = simple + (getattr(r, d.column)[idx] != d.code(d.plain))
+    keys = (t.rank[idx], quantize(p.hbm_bytes[idx]), simple, t.drop[idx], quantize(s))
+    assert len(idx) > 100
+    assert order.tolist() == idx[np.lexsort(keys)].tolist()

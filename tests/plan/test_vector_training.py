@@ -155,7 +155,9 @@ def test_no_feasible_row_prices_nothing():
 
     m = catalog.model("llama-3.1-70b")
     rows, _ = _rows()
-    got = price_rows(m, TrainingJob(seq_len=8192, global_batch=8), Plan(), make_system(n=1), 1, 1, rows, every_row=False)
+    got = price_rows(
+        m, TrainingJob(seq_len=8192, global_batch=8), Plan(), make_system(n=1), 1, 1, rows, every_row=False
+    )
     assert not got.feasible.any() and np.isnan(got.step_time_s).all() and (got.reason == 2).any()
 
 
