@@ -274,13 +274,12 @@ def sweep(
 
     if not values:
         raise SpecError("--sweep", key, "at least one value")
-    points = [ov.parse(f"{key}={v}") for v in values]
     loaded, base = load(scenario)
-    hardware = not ov.split(points)[0]
     out: list[PlanReport | EdgePlanReport] = []
-    if hardware and isinstance(loaded, Scenario) and loaded.workload.training is not None and start in STARTS:
+    points = [ov.parse(f"{key}={v}") for v in values]
+    if isinstance(loaded, Scenario) and loaded.workload.training is not None and start in STARTS:
         r0 = resolve(loaded, base, overrides)
-        if r0.scenario.workload.training is not None:
+        if r0.scenario.workload.training is not None and not ov.split(points)[0]:  # hardware quantities alone
             from aitrinity.plan.search import Reuse
 
             _training_only(ttft_slo, tpot_slo, False)

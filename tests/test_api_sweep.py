@@ -28,6 +28,7 @@ def _dumps(reports):
         # not hardware, or not training: value by value
         ("trillion-param-training", "link", ["ethernet-100g", "400Gbit/s"], {}),
         ("llama-70b-serving-long-context", "link", ["25Gbit/s", "400Gbit/s"], {"tpot_slo": "60ms"}),
+        ("camera-analytics-edge", "uplink", ["10Mbit/s", "100Mbit/s"], {}),  # (an edge scenario's own key)
     ],
 )
 def test_a_sweep_is_the_plan_of_each_value(scenario, key, values, kw):
