@@ -8,7 +8,8 @@ exactly. Prints each command's verdict and the first differing paths; exits 1 if
 
     python tools/golden.py REV [--rel 1e-9] [--show 8] [--only diagnose,plan] [--added-ok]
 
-Commands: ``diagnose`` / ``plan --top 3`` / ``explain`` of every built-in scenario and ``examples/*.yaml``,
+Commands: ``diagnose`` / ``plan --top 3`` / ``explain`` of every built-in scenario and ``examples/*.yaml``, three
+``plan --sweep`` (hardware quantities of the training examples, the edge example's uplink),
 ``hardware compare`` on the small test suite, ``report --json --no-simulate``. A key present on one side
 only is a difference (a field added or removed shows up as such), unless ``--added-ok``: then a key only in
 the working tree is not (a field a change adds on purpose), so what remains are the numbers that moved.
@@ -40,6 +41,12 @@ def commands() -> list[tuple[str, list[str]]]:
         out.append(("plan", ["plan", s, "--top", "3"]))
         if s not in EDGE:
             out.append(("explain", ["explain", s]))
+    for s, key in (
+        ("llama-70b-training-h100", "link=25Gbit/s,400Gbit/s"),
+        ("trillion-param-training", "hbm_capacity=141GiB,x4"),
+    ):
+        out.append(("sweep", ["plan", s, "--sweep", key]))
+    out.append(("sweep", ["plan", EDGE[0], "--sweep", "uplink=10Mbit/s,100Mbit/s"]))
     out.append(("hardware", ["hardware", "compare", "h100-sxm", "h200", "--suite", "tests/data/small-suite.yaml"]))
     out.append(("report", ["report", *BUILTINS, "--no-simulate"]))
     return out
