@@ -461,7 +461,7 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         on_ray = _plan_on_ray(args, [(args.scenario, [*args.overrides, f"{key}={v}"]) for v in vals])
         points = list(zip(vals, on_ray, strict=True))
     else:
-        progress = Progress(getattr(args, "quiet", False))
+        progress = Progress(getattr(args, "quiet", False), after_s=1.0)  # (lines for a sweep longer than a second)
         reports = api.sweep(
             args.scenario,
             key,

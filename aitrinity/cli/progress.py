@@ -11,13 +11,18 @@ WIDTH = 30
 
 
 class Progress:
-    def __init__(self, quiet: bool = False, stream: TextIO | None = None, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, quiet: bool = False, stream: TextIO | None = None, min_interval_s: float = 1.0, after_s: float = 0.0
+    ) -> None:
+        """``after_s``: off a terminal, no line for work that is done within that many seconds (a line once it runs
+        longer, and the last step then)."""
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.min_interval_s = min_interval_s
         self._open = False  # a bar is drawn on the current line
         self._last = float("-inf")  # the first step always prints (monotonic time starts near 0 at boot)
+        self._quiet_until = time.monotonic() + after_s if after_s > 0 else float("-inf")
 
     def say(self, msg: str) -> None:
         """One line: ``trinity: msg``."""
@@ -40,6 +45,8 @@ class Progress:
             self._open = True
             if finished:
                 self._end_bar()
+        elif now < self._quiet_until:
+            return
         elif finished or now - self._last >= self.min_interval_s:
             print(f"trinity: {text}", file=self.stream, flush=True)
             self._last = now

@@ -67,6 +67,26 @@ def test_progress_prints_lines_off_a_terminal_and_nothing_when_quiet():
     assert quiet.getvalue() == ""
 
 
+def test_progress_is_silent_for_work_done_within_after_s(monkeypatch):
+    """Off a terminal, ``after_s``: no line for work done within it; lines once it runs longer (on a fake clock)."""
+    from aitrinity.cli import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    brief = io.StringIO()
+    b = Progress(stream=brief, after_s=1.0)
+    for i in range(1, 5):
+        clock[0] += 0.2
+        b.step(i, 4, "plans")
+    assert brief.getvalue() == ""
+    long = io.StringIO()
+    p = Progress(stream=long, after_s=1.0)
+    for i in range(1, 9):
+        clock[0] += 0.3
+        p.step(i, 8, "plans")
+    assert long.getvalue().splitlines() == ["trinity: 4/8 plans", "trinity: 8/8 plans"]
+
+
 def test_progress_bar_redraws_in_place_on_a_terminal():
     class Tty(io.StringIO):
         def isatty(self):
