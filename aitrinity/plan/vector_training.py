@@ -151,19 +151,25 @@ class LayoutLedger:
     the layout (``tp``, ``pp`` and ``dp``) and the rows only, so that the searches of a hardware sweep build it once
     and price it on each value's system (:class:`aitrinity.plan.search.Reuse`)."""
 
+    m: ModelSpec
+    job: TrainingJob
+    base: Plan
+    rows: Rows
     L: LayoutConstants
     syncs: list[GradSync]
     memory: Memory
+    """Every row's memory section (:func:`aitrinity.cost.training.memory_columns`)."""
     _timed: Ints | None = None
     _some: tuple[Rows, Columns] | None = None
 
-    def timed(self, m: ModelSpec, job: TrainingJob, base: Plan, rows: Rows, timed: Ints) -> tuple[Rows, Columns]:
-        """Rows ``timed`` of ``rows`` and their ledger columns: built again only when other rows are asked for (a
-        sweep of bandwidths or FLOPs times the same feasible rows at every value; of capacities, not)."""
+    def timed(self, timed: Ints) -> tuple[Rows, Columns]:
+        """Rows ``timed`` and their ledger columns: built again only when other rows are asked for (a sweep of
+        bandwidths or FLOPs times the same feasible rows at every value; of capacities, not)."""
         if self._some is None or self._timed is None or not np.array_equal(self._timed, timed):
-            whole = len(timed) == len(rows)
-            some, some_mem = (rows, self.memory) if whole else (rows.take(timed), self.memory.take(timed))
-            self._some, self._timed = (some, columns(m, job, base, self.L, some, self.syncs, some_mem)), timed
+            rows, mem = self.rows, self.memory
+            some, some_mem = (rows, mem) if len(timed) == len(rows) else (rows.take(timed), mem.take(timed))
+            self._some = (some, columns(self.m, self.job, self.base, self.L, some, self.syncs, some_mem))
+            self._timed = timed
         return self._some
 
 
@@ -172,7 +178,7 @@ def layout_ledger(m: ModelSpec, job: TrainingJob, base: Plan, tp: int, pp: int, 
     L = layout_constants(m, job, base, tp, pp, dp)
     sync = _syncs(m, base)
     syncs = [sync[x] for x in COMPRESSION]
-    return LayoutLedger(L, syncs, memory_columns(m, job, base, L, rows, syncs))
+    return LayoutLedger(m, job, base, rows, L, syncs, memory_columns(m, job, base, L, rows, syncs))
 
 
 def price_rows(
@@ -201,9 +207,8 @@ def price_rows(
     dp = system.num_devices // (tp * pp * base.cp)
     if ledger is None:
         ledger = layout_ledger(m, job, base, tp, pp, dp, rows)
-    elif (ledger.L.tp, ledger.L.pp, ledger.L.dp) != (tp, pp, dp):
-        got = (ledger.L.tp, ledger.L.pp, ledger.L.dp)
-        raise ValueError(f"the layout ledger of (tp, pp, dp) = {got} priced as {(tp, pp, dp)}")
+    elif (ledger.L.tp, ledger.L.pp, ledger.L.dp) != (tp, pp, dp) or ledger.rows is not rows or ledger.base is not base:
+        raise ValueError("a layout ledger priced with another layout, plan or rows than it was built for")
     mem = ledger.memory
     if kernels is None and system.device.kind == "gpu":
         kernels = roofline(system.device)
@@ -214,7 +219,7 @@ def price_rows(
     binding = np.zeros(n, dtype=np.int64)
     timed = np.arange(n) if every_row else np.flatnonzero(feasible)
     if len(timed):
-        some, c = ledger.timed(m, job, base, rows, timed)
+        some, c = ledger.timed(timed)
         sp = price_columns(TrainingRows(m, job.seq_len, base, system, (tp, pp), some, c, shared), kernels)
         zeros = np.zeros(len(timed))
         step[timed], compute[timed] = sp.step_s, sp.compute_s

@@ -180,3 +180,27 @@ def test_layouts_sharing_their_layer_times_price_as_each_alone():
             assert np.array_equal(getattr(alone, f), getattr(together, f), equal_nan=f != "binding"), (tp, pp, f)
     [kept] = shared.values()
     assert sorted(kept) == [(2, 1, False), (4, 1, False)]
+
+
+def test_a_layout_ledger_prices_as_building_it_anew_and_only_its_own_layout():
+    """``price_rows(ledger=)`` (a hardware sweep's kept ledger) gives, bit for bit, what pricing without it gives on
+    two systems; a ledger of another layout or plan is refused."""
+    import numpy as np
+
+    from aitrinity.plan.vector_training import layout_ledger
+
+    m = catalog.model("llama-3.1-8b")
+    job = TrainingJob(seq_len=4096, global_batch=64)
+    rows, _ = _rows()
+    plan = Plan()
+    ledger = layout_ledger(m, job, plan, 2, 2, 4, rows)
+    for link in ("ib-ndr", "ethernet-100g"):
+        system = make_system(n=16, host_memory="host-dram", inter_node_link=link)
+        kept = price_rows(m, job, plan, system, 2, 2, rows, every_row=False, ledger=ledger)
+        anew = price_rows(m, job, plan, system, 2, 2, rows, every_row=False)
+        for f in type(kept).__dataclass_fields__:
+            assert np.array_equal(getattr(kept, f), getattr(anew, f), equal_nan=True), (link, f)
+    with pytest.raises(ValueError, match="another layout"):
+        price_rows(m, job, plan, make_system(n=16), 4, 1, rows, ledger=ledger)
+    with pytest.raises(ValueError, match="another layout"):
+        price_rows(m, job, Plan(zero=1), make_system(n=16), 2, 2, rows, ledger=ledger)
