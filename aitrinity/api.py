@@ -276,16 +276,16 @@ def sweep(
         raise SpecError("--sweep", key, "at least one value")
     loaded, base = load(scenario)
     out: list[PlanReport | EdgePlanReport] = []
-    points = [ov.parse(f"{key}={v}") for v in values]
     if isinstance(loaded, Scenario) and loaded.workload.training is not None and start in STARTS:
         r0 = resolve(loaded, base, overrides)
-        if r0.scenario.workload.training is not None and not ov.split(points)[0]:  # hardware quantities alone
+        fields, points = ov.split([ov.parse(f"{key}={v}") for v in values])
+        if r0.scenario.workload.training is not None and not fields:  # hardware quantities alone
             from aitrinity.plan.search import Reuse
 
             _training_only(ttft_slo, tpot_slo, False)
             reuse, own = Reuse(), r0.scenario.plan if start == "scenario" else None
             for i, point in enumerate(points):
-                r = Resolved(r0.scenario, r0.model, ov.apply_hardware(r0.system, ov.split([point])[1]))
+                r = Resolved(r0.scenario, r0.model, ov.apply_hardware(r0.system, [point]))
                 out.append(_plan_training(r, objective, 1, own, True, reuse))
                 if progress is not None:
                     progress(i + 1, len(points))
